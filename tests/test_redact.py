@@ -1,0 +1,213 @@
+"""Secret redaction: every pattern, the code it must leave alone, idempotence, and the measured corpus figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionmem_pipeline.core.redact import SecretMatch, find_secrets, redact
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "redaction"
+
+GITHUB_TOKEN = "ghp_FAKEqcvGtAtIfNGpak8uNyPAbtVhbOrzUQ04"
+OPENAI_KEY = "sk-proj-FAKEUj9aYV0EaSYkJ9ntIYgbU1qKwrBN58kx5J4aB16B1Cc9HVfvOZIj"
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ1c2VyLTQyIiwibmFtZSI6IkZha2UgVXNlciJ9."
+    "FAKEsigFAKEsigFAKEsig0123456789abcdefXYZ_w"
+)
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\n"
+    "FAKEKEYq0RnbE2xQ8uV+xWm/Bd7Uy9A3hJ5tKp0LsNc1Fv6Go4Zi8Yr2De7Hk9Mw\n"
+    "FAKEKEYz3Pa6Tn0Xs9Qc1Rb5Uv7Wj2Ek8Lm4Ny6Oh0Gf3Id9Jk5Cl1Mp7Bq2Ar4\n"
+    "-----END RSA PRIVATE KEY-----"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE", "export AWS_ACCESS_KEY_ID=[REDACTED:aws-key]"),
+        (
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "aws_secret_access_key = [REDACTED:aws-key]",
+        ),
+        (f"client = OpenAI(api_key=\"{OPENAI_KEY}\")", 'client = OpenAI(api_key="[REDACTED:openai-key]")'),
+        (
+            "ANTHROPIC_API_KEY=sk-ant-api03-FAKEqfYM89I1z7dDoiwRS9ozF15k_RKame6CtaOX9om5Ap4pVi7ES-FAKEAA",
+            "ANTHROPIC_API_KEY=[REDACTED:anthropic-key]",
+        ),
+        (
+            f"git remote set-url origin https://{GITHUB_TOKEN}@github.com/acme/app.git",
+            "git remote set-url origin https://[REDACTED:github-token]@github.com/acme/app.git",
+        ),
+        (
+            "github_pat_11FAKE0000hijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_abcdefghijklmnop",
+            "[REDACTED:github-token]",
+        ),
+        (
+            "SLACK_BOT_TOKEN=xoxb-000000000000-0000000000000-FAKEfakeFAKEfake01234567",
+            "SLACK_BOT_TOKEN=[REDACTED:slack-token]",
+        ),
+        (
+            "curl https://hooks.slack.com/services/T00000000/B00000000/FAKEXXXXXXXXXXXXXXXXXXXX",
+            "curl https://hooks.slack.com/services/[REDACTED:slack-token]",
+        ),
+        ('stripe.api_key = "sk_test_4eCFAKE0123456789abcdefg"', 'stripe.api_key = "[REDACTED:stripe-key]"'),
+        ("STRIPE_WEBHOOK_SECRET=whsec_FAKE0123456789abcdefghijklmnop", "STRIPE_WEBHOOK_SECRET=[REDACTED:stripe-key]"),
+        ("key=AIzaSyFAKE0123456789abcdefghijklmnopqrs&callback=init", "key=[REDACTED:google-api-key]&callback=init"),
+        (f"$ cat ~/.ssh/id_rsa\n{PEM}\n$ ls", "$ cat ~/.ssh/id_rsa\n[REDACTED:private-key]\n$ ls"),
+        (f'"private_key": "{PEM}"'.replace("\n", "\\n"), '"private_key": "[REDACTED:private-key]"'),
+        (f"Authorization: Bearer {JWT}", "Authorization: Bearer [REDACTED:jwt]"),
+        (
+            "DATABASE_URL=postgres://app_user:Tr0ub4dor-and-3@db.internal:5432/shop",
+            "DATABASE_URL=postgres://app_user:[REDACTED:password]@db.internal:5432/shop",
+        ),
+        ("redis://:r3dis-FAKE-pw@cache:6379/0", "redis://:[REDACTED:password]@cache:6379/0"),
+        ('password = "correct-horse-battery"', 'password = "[REDACTED:password]"'),
+        ("DB_PASSWORD=changeme", "DB_PASSWORD=[REDACTED:password]"),
+        ("  password: changeme", "  password: [REDACTED:password]"),
+        ('{"api_key": "FAKE4f9a8b7c6d5e4f3a2b1c"}', '{"api_key": "[REDACTED:password]"}'),
+        (
+            'curl -H "Authorization: Basic YWRtaW46RkFLRXBhc3N3b3Jk" https://grafana.example.com',
+            'curl -H "Authorization: Basic [REDACTED:password]" https://grafana.example.com',
+        ),
+        ("JWT_SECRET=FAKEq8w7e6r5t4y3u2i1", "JWT_SECRET=[REDACTED:password]"),
+        (
+            "docker run -e POSTGRES_PASSWORD=Sup3rS3cret! postgres:16",
+            "docker run -e POSTGRES_PASSWORD=[REDACTED:password] postgres:16",
+        ),
+        ("mysql -u root -pFAKErootpw1 shop", "mysql -u root -p[REDACTED:password] shop"),
+        (
+            "curl -u admin:FAKEadminpw9 https://ci.example.com",
+            "curl -u admin:[REDACTED:password] https://ci.example.com",
+        ),
+        ("docker login --password FAKEregistry42 ghcr.io", "docker login --password [REDACTED:password] ghcr.io"),
+        ("<password>FAKEmaven-deploy-7</password>", "<password>[REDACTED:password]</password>"),
+        ('app.config["SECRET_KEY"] = "FAKE-flask-secret-4f9a"', 'app.config["SECRET_KEY"] = "[REDACTED:password]"'),
+        ('terraform apply -var="db_password=FAKEtfPass2024"', 'terraform apply -var="db_password=[REDACTED:password]"'),
+        ('cache_key = "FAKEa1B2c3D4e5F6g7H8"', 'cache_key = "[REDACTED:password]"'),  # generic name, random value
+        ("ENCRYPTION_KEY=FAKEq8w7E6r5T4y3U2i1o0P9", "ENCRYPTION_KEY=[REDACTED:password]"),
+    ],
+)
+def test_each_pattern_is_redacted_with_its_kind(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password_hash = bcrypt.hash(pw)",
+        'token = request.headers.get("Authorization")',
+        'api_key=os.environ["OPENAI_API_KEY"]',
+        "def get_secret(name):",
+        'password: ${{ secrets.DB_PASSWORD }}',
+        "OPENAI_API_KEY=your-api-key-here",
+        "AWS_SECRET_ACCESS_KEY=<your-secret-access-key>",
+        'curl -H "Authorization: Bearer $TOKEN" https://api.example.com/v1/me',
+        "max_tokens=500",
+        'sort_key = "created_at"',
+        "keyboard = Keyboard()",
+        "monkey.patch(requests, 'get', fake_get)",
+        "commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
+        'request_id = "7c9e6679-7425-40de-944b-e07fc1f015e5"',
+        "git@github.com:acme/storefront.git",
+        "https://user@example.com/profile",
+        "The token is sent in the Authorization header on every request.",
+        "-----BEGIN PUBLIC KEY-----",
+        'end_token = "}"',
+        "token.markup = '>'",
+        "self, msg: str | bytes, key: Ed25519PrivateKey | Ed448PrivateKey",
+    ],
+)
+def test_code_that_handles_secrets_is_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_find_secrets_reports_kinds_and_spans() -> None:
+    text = f"token={GITHUB_TOKEN} and AKIAIOSFODNN7EXAMPLE"
+    start = text.index("ghp_")
+    assert find_secrets(text) == [
+        SecretMatch("github-token", start, start + len(GITHUB_TOKEN)),
+        SecretMatch("aws-key", text.index("AKIA"), text.index("AKIA") + 20),
+    ]
+
+
+def test_a_url_password_keeps_user_and_host() -> None:
+    assert (
+        redact("amqp://guest:rabbitFAKE42@rabbitmq:5672/vhost")
+        == "amqp://guest:[REDACTED:password]@rabbitmq:5672/vhost"
+    )
+
+
+def test_redacting_twice_equals_redacting_once_on_both_corpora() -> None:
+    for name in ("secrets.txt", "clean.txt"):
+        text = (FIXTURES / name).read_text(encoding="utf-8").replace("⟦", "").replace("⟧", "")
+        once = redact(text)
+        assert redact(once) == once, name
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "password=",
+                "token: ",
+                "https://u:",
+                "@host ",
+                "AKIAIOSFODNN7EXAMPLE",
+                "Bearer ",
+                GITHUB_TOKEN,
+                " ",
+                "\n",
+                '"',
+                "x",
+                "sk-",
+                "FAKE0123456789abcdefgh",
+                "[REDACTED:",
+                "]",
+                "=",
+                ":",
+            ]
+        ),
+        max_size=25,
+    ).map("".join)
+)
+def test_redaction_is_idempotent_on_arbitrary_text(text: str) -> None:
+    once = redact(text)
+    assert redact(once) == once
+
+
+def test_clean_corpus_stays_untouched_and_secrets_corpus_is_caught() -> None:
+    """The measurement the closing note reports: `python benchmarks/redaction.py --json`."""
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "redaction.py"), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    figures = json.loads(completed.stdout)
+    assert figures["secret_entries"] >= 60
+    assert figures["clean_lines"] >= 150
+    assert figures["clean_altered"] == 0, figures["false_positives"]
+    assert figures["catch_rate"] >= 0.95, figures["misses"]
+    assert set(figures["by_kind"]) >= {
+        "aws-key",
+        "openai-key",
+        "anthropic-key",
+        "github-token",
+        "slack-token",
+        "stripe-key",
+        "google-api-key",
+        "private-key",
+        "jwt",
+        "password",
+    }
