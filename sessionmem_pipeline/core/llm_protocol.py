@@ -1,0 +1,30 @@
+"""The chat model as core code sees it: one JSON-returning call, and the one error it may raise.
+
+Core functions (topic tags, summaries) take any object with this shape, so they are tested with small real
+implementations and never import a provider; the OpenAI-compatible implementation lives in `providers/`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class LLMError(RuntimeError):
+    """The model gave no usable answer: the provider's own retries are spent, or the reply is malformed.
+
+    Callers fall back to an offline method (keyword topics, extractive summaries) rather than fail the run.
+    """
+
+
+class ChatModel(Protocol):
+    """A chat model that answers with one JSON object."""
+
+    model: str
+    """Identifies the model in caches and provenance ("gpt-4o-mini", "llama3.1:8b"): a new model means new answers."""
+
+    def complete_json(self, system: str, user: str) -> dict[str, Any]:
+        """The model's reply to `user` under the `system` instructions, parsed as a JSON object.
+
+        Raises LLMError when no valid JSON object could be obtained.
+        """
+        ...
