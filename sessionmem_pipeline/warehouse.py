@@ -1,0 +1,570 @@
+"""The DuckDB warehouse: the only code that knows the schema.
+
+Opening a file always goes through an in-memory connection that LOADs vss (and fts) from their PyPI packages,
+enables HNSW persistence and then ATTACHes the file: a connection without VSS would replay the write-ahead log
+without the HNSW index and silently lose index entries. After ATTACH the file is `USE`d, because the FTS
+extension's `create_fts_index` and `match_bm25` only work on the default database.
+
+Writers: one at a time (`writer_lock`, shared by `sessionmem index` and Dagster runs, on top of the Dagster pool
+`duckdb_warehouse`). Readers never open the live file: they open the snapshot `publish_snapshot` writes at the
+end of every run that changed data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from sessionmem_pipeline.core.changes import IndexedState
+from sessionmem_pipeline.core.models import CollapsedMessage, Message, ToolCall, ToolRecord
+
+DATABASE = "wh"
+SCHEMA_VERSION = 2
+FTS_TABLES = {"chunks": ("chunk_id", "content"), "session_summaries": ("summary_id", "search_text")}
+
+
+class WarehouseError(RuntimeError):
+    """The warehouse cannot be used as asked; the message says which file and what to do."""
+
+
+class WarehouseBusyError(WarehouseError):
+    """Another writer (a `sessionmem index` or a Dagster run) holds the warehouse."""
+
+
+# ---- extensions --------------------------------------------------------------------------------------------
+
+
+def extension_path(name: str) -> Path:
+    """The extension file shipped by the `duckdb-extension-<name>` package for this DuckDB version."""
+    module = __import__(f"duckdb_extension_{name}")
+    folder = Path(module.__file__).parent / "extensions" / f"v{duckdb.__version__}"
+    path = folder / f"{name}.duckdb_extension"
+    if not path.is_file():
+        raise WarehouseError(
+            f"{path}: DuckDB extension '{name}' for duckdb {duckdb.__version__} not found; "
+            f"install duckdb-extension-{name}=={duckdb.__version__}"
+        )
+    return path
+
+
+def _extension_connection() -> duckdb.DuckDBPyConnection:
+    conn = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    for name in ("vss", "fts"):
+        conn.execute(f"LOAD '{extension_path(name)}'")
+    conn.execute("SET hnsw_enable_experimental_persistence = true")
+    return conn
+
+
+# ---- schema ------------------------------------------------------------------------------------------------
+
+# Each migration takes the schema from version n-1 to n. Never edit a released migration: add one.
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        "CREATE TABLE meta (key VARCHAR, value VARCHAR)",
+        """CREATE TABLE source_files (
+            path VARCHAR, partition_key VARCHAR, source_root VARCHAR, format VARCHAR, size BIGINT,
+            mtime_ns BIGINT, sha256 VARCHAR, consumed_bytes BIGINT, prefix_sha256 VARCHAR, status VARCHAR,
+            session_ids VARCHAR[], message_count INTEGER, lines_read INTEGER, warning_count INTEGER,
+            skipped JSON, last_indexed_at TIMESTAMPTZ)""",
+        """CREATE TABLE quarantine (
+            path VARCHAR, partition_key VARCHAR, reason VARCHAR, details VARCHAR, sha256 VARCHAR, size BIGINT,
+            quarantined_at TIMESTAMPTZ)""",
+        "CREATE TABLE parse_warnings (path VARCHAR, line INTEGER, reason VARCHAR, recorded_at TIMESTAMPTZ)",
+        """CREATE TABLE sessions (
+            session_id VARCHAR, partition_key VARCHAR, project VARCHAR, source_path VARCHAR, format VARCHAR,
+            title VARCHAR, parent_session_id VARCHAR, cwd VARCHAR, git_branch VARCHAR, model VARCHAR,
+            started_at TIMESTAMPTZ, ended_at TIMESTAMPTZ, message_count INTEGER, first_request VARCHAR,
+            speakers VARCHAR[], metadata JSON, indexed_at TIMESTAMPTZ)""",
+        """CREATE TABLE messages (
+            session_id VARCHAR, seq INTEGER, message_id VARCHAR, role VARCHAR, kind VARCHAR, speaker VARCHAR,
+            timestamp TIMESTAMPTZ, text VARCHAR, thinking VARCHAR, tool_calls JSON, source_path VARCHAR,
+            source_line INTEGER, metadata JSON)""",
+        """CREATE TABLE collapsed_messages (
+            session_id VARCHAR, seq INTEGER, message_id VARCHAR, role VARCHAR, kind VARCHAR, speaker VARCHAR,
+            timestamp TIMESTAMPTZ, text VARCHAR, thinking VARCHAR, tools JSON)""",
+        """CREATE TABLE chunks (
+            chunk_id VARCHAR, session_id VARCHAR, project VARCHAR, chunk_index INTEGER, message_ids VARCHAR[],
+            ts_start TIMESTAMPTZ, ts_end TIMESTAMPTZ, speakers VARCHAR[], roles VARCHAR[], topics VARCHAR[],
+            has_decision BOOLEAN, has_action BOOLEAN, continued BOOLEAN, token_count INTEGER, content VARCHAR,
+            context VARCHAR, context_content VARCHAR, content_hash VARCHAR, context_hash VARCHAR)""",
+        "CREATE TABLE embedding_cache (model VARCHAR, text_hash VARCHAR, embedding FLOAT[], created_at TIMESTAMPTZ)",
+        """CREATE TABLE embedding_failures (
+            chunk_id VARCHAR, session_id VARCHAR, model VARCHAR, error VARCHAR, attempts INTEGER,
+            last_attempt_at TIMESTAMPTZ)""",
+        """CREATE TABLE runs (
+            run_id VARCHAR, trigger VARCHAR, started_at TIMESTAMPTZ, finished_at TIMESTAMPTZ, status VARCHAR,
+            files_seen INTEGER, files_changed INTEGER, sessions INTEGER, messages INTEGER, chunks INTEGER,
+            embedded INTEGER, quarantined INTEGER, seconds DOUBLE, details JSON)""",
+    ],
+    2: [
+        """CREATE TABLE session_summaries (
+            summary_id VARCHAR, session_id VARCHAR, version INTEGER, created_at TIMESTAMPTZ, model VARCHAR,
+            input_hash VARCHAR, is_incremental BOOLEAN, parts INTEGER, first_message_id VARCHAR,
+            last_message_id VARCHAR, message_count INTEGER, token_count INTEGER, overview VARCHAR,
+            topics VARCHAR[], summary JSON, search_text VARCHAR, embedding FLOAT[])""",
+        """CREATE TABLE memories (
+            memory_id VARCHAR, content VARCHAR, timestamp TIMESTAMPTZ, session_id VARCHAR, importance DOUBLE,
+            source VARCHAR, embedding FLOAT[])""",
+        "ALTER TABLE sessions ADD COLUMN summary_version INTEGER",
+        "ALTER TABLE sessions ADD COLUMN summary_overview VARCHAR",
+        "ALTER TABLE sessions ADD COLUMN topics VARCHAR[]",
+    ],
+}
+
+
+def _current_version(conn: duckdb.DuckDBPyConnection) -> int:
+    exists = conn.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = 'schema_version'",
+        [DATABASE],
+    ).fetchone()[0]
+    if not exists:
+        return 0
+    return conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+
+
+def migrate(conn: duckdb.DuckDBPyConnection, target: int = SCHEMA_VERSION) -> list[int]:
+    """Apply the missing migrations up to `target`, each in its own transaction; the versions applied."""
+    applied = []
+    version = _current_version(conn)
+    if version > SCHEMA_VERSION:
+        raise WarehouseError(
+            f"warehouse schema version {version} is newer than this sessionmem ({SCHEMA_VERSION}); upgrade sessionmem"
+        )
+    if version == 0:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, applied_at TIMESTAMPTZ)")
+    for number in range(version + 1, target + 1):
+        conn.execute("BEGIN")
+        try:
+            for statement in MIGRATIONS[number]:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version VALUES (?, ?)", [number, datetime.now(UTC)])
+            conn.execute("COMMIT")
+        except Exception:
+            conn.execute("ROLLBACK")
+            raise
+        applied.append(number)
+    return applied
+
+
+# ---- opening -----------------------------------------------------------------------------------------------
+
+
+def snapshot_path(warehouse: Path) -> Path:
+    """`<stem>.search.duckdb` beside the live file."""
+    return warehouse.with_name(f"{warehouse.stem}.search.duckdb")
+
+
+def search_log_path(warehouse: Path) -> Path:
+    return warehouse.with_name("search-log.jsonl")
+
+
+def _lock_path(warehouse: Path) -> Path:
+    return warehouse.with_name(f"{warehouse.name}.lock")
+
+
+@contextlib.contextmanager
+def writer_lock(warehouse: Path, *, timeout: float = 600.0, holder: str = "") -> Iterator[None]:
+    """Exclusive right to write the live warehouse; released when the process ends, even by SIGKILL."""
+    warehouse.parent.mkdir(parents=True, exist_ok=True)
+    path = _lock_path(warehouse)
+    with open(path, "a+") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    handle.seek(0)
+                    other = handle.read().strip() or "another process"
+                    raise WarehouseBusyError(
+                        f"{warehouse}: another writer holds the warehouse ({other}); wait for it to finish"
+                    ) from None
+                time.sleep(0.2)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} {holder}".strip())
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def connect(path: Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A connection whose default database is the file at `path`, with vss and fts loaded first."""
+    conn = _extension_connection()
+    mode = " (READ_ONLY)" if read_only else ""
+    try:
+        conn.execute(f"ATTACH '{_sql_string(str(path))}' AS {DATABASE}{mode}")
+    except duckdb.Error as exc:
+        conn.close()
+        raise WarehouseError(f"{path}: cannot open the warehouse: {exc}") from None
+    conn.execute(f"USE {DATABASE}")
+    return conn
+
+
+def _sql_string(text: str) -> str:
+    return text.replace("'", "''")
+
+
+# ---- rows of the canonical records ---------------------------------------------------------------------------
+
+SESSION_TABLES = (
+    "messages",
+    "collapsed_messages",
+    "chunks",
+    "chunk_embeddings",
+    "embedding_failures",
+    "session_summaries",
+    "sessions",
+)
+
+
+def message_row(message: Message) -> dict[str, Any]:
+    return {
+        "session_id": message.session_id,
+        "seq": message.seq,
+        "message_id": message.message_id,
+        "role": message.role,
+        "kind": message.kind,
+        "speaker": message.speaker,
+        "timestamp": message.timestamp,
+        "text": message.text,
+        "thinking": message.thinking,
+        "tool_calls": to_json([vars(call) for call in message.tool_calls]),
+        "source_path": message.source_path,
+        "source_line": message.source_line,
+        "metadata": to_json(message.metadata),
+    }
+
+
+def _message_from_row(row: Mapping[str, Any], project: str, cwd: str | None) -> Message:
+    return Message(
+        session_id=row["session_id"],
+        seq=row["seq"],
+        message_id=row["message_id"],
+        role=row["role"],
+        text=row["text"] or "",
+        timestamp=row["timestamp"],
+        speaker=row["speaker"],
+        kind=row["kind"],
+        thinking=row["thinking"] or "",
+        tool_calls=tuple(ToolCall(**call) for call in json.loads(row["tool_calls"] or "[]")),
+        source_path=row["source_path"] or "",
+        source_line=row["source_line"] or 0,
+        project=project,
+        cwd=cwd,
+        metadata=json.loads(row["metadata"] or "{}"),
+    )
+
+
+def collapsed_row(message: CollapsedMessage) -> dict[str, Any]:
+    return {
+        "session_id": message.session_id,
+        "seq": message.seq,
+        "message_id": message.message_id,
+        "role": message.role,
+        "kind": message.kind,
+        "speaker": message.speaker,
+        "timestamp": message.timestamp,
+        "text": message.text,
+        "thinking": message.thinking,
+        "tools": to_json([vars(tool) for tool in message.tools]),
+    }
+
+
+def _collapsed_from_row(row: Mapping[str, Any]) -> CollapsedMessage:
+    tools = tuple(
+        ToolRecord(**{**tool, "files": tuple(tool.get("files") or ())}) for tool in json.loads(row["tools"] or "[]")
+    )
+    return CollapsedMessage(
+        session_id=row["session_id"],
+        seq=row["seq"],
+        message_id=row["message_id"],
+        role=row["role"],
+        speaker=row["speaker"],
+        timestamp=row["timestamp"],
+        text=row["text"] or "",
+        kind=row["kind"],
+        thinking=row["thinking"] or "",
+        tools=tools,
+    )
+
+
+class _Queries:
+    """Named reads and writes of the canonical tables, mixed into Warehouse."""
+
+    conn: duckdb.DuckDBPyConnection
+
+    def source_state(self, path: str) -> tuple[IndexedState | None, dict[str, Any] | None]:
+        rows = self.query("SELECT * FROM source_files WHERE path = ?", [path])  # type: ignore[attr-defined]
+        if not rows or rows[0]["status"] != "indexed":
+            return None, rows[0] if rows else None
+        row = rows[0]
+        state = IndexedState(row["size"], row["mtime_ns"], row["sha256"], row["consumed_bytes"], row["prefix_sha256"])
+        return state, row
+
+    def quarantined_sha256(self, path: str) -> str | None:
+        return self.scalar("SELECT sha256 FROM quarantine WHERE path = ?", [path])  # type: ignore[attr-defined]
+
+    def indexed_paths(self) -> list[dict[str, Any]]:
+        return self.query("SELECT path, partition_key, session_ids FROM source_files")  # type: ignore[attr-defined]
+
+    def sessions_of_partition(self, partition_key: str) -> list[str]:
+        value = self.scalar(  # type: ignore[attr-defined]
+            "SELECT session_ids FROM source_files WHERE partition_key = ? AND status = 'indexed'", [partition_key]
+        )
+        return list(value or [])
+
+    def message_keys(self, session_id: str) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT message_id FROM messages WHERE session_id = ? ORDER BY seq", [session_id]
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def session_row(self, session_id: str) -> dict[str, Any] | None:
+        rows = self.query("SELECT * FROM sessions WHERE session_id = ?", [session_id])  # type: ignore[attr-defined]
+        return rows[0] if rows else None
+
+    def load_messages(self, session_id: str) -> list[Message]:
+        session = self.session_row(session_id) or {}
+        rows = self.query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq", [session_id])  # type: ignore[attr-defined]
+        return [_message_from_row(r, session.get("project") or "", session.get("cwd")) for r in rows]
+
+    def load_collapsed(self, session_id: str) -> list[CollapsedMessage]:
+        rows = self.query("SELECT * FROM collapsed_messages WHERE session_id = ? ORDER BY seq", [session_id])  # type: ignore[attr-defined]
+        return [_collapsed_from_row(r) for r in rows]
+
+    def delete_sessions(self, session_ids: Sequence[str]) -> None:
+        """Every row of these sessions, in every table (call inside a transaction)."""
+        for table in SESSION_TABLES:
+            if table != "chunk_embeddings" or self._table_exists(table):  # type: ignore[attr-defined]
+                self.delete_where(table, "session_id", session_ids)  # type: ignore[attr-defined]
+
+    def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
+        """Start, end, counts and speakers of sessions, from their messages."""
+        self.conn.execute(
+            """
+            UPDATE sessions SET
+                started_at = agg.started_at, ended_at = agg.ended_at, message_count = agg.message_count,
+                speakers = agg.speakers
+            FROM (
+                SELECT session_id, min(timestamp) AS started_at, max(timestamp) AS ended_at,
+                       count(*) AS message_count,
+                       list(DISTINCT coalesce(speaker, role) ORDER BY coalesce(speaker, role))
+                           FILTER (WHERE kind = 'message' AND role IN ('user', 'assistant')) AS speakers
+                FROM messages WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id
+            ) AS agg
+            WHERE sessions.session_id = agg.session_id
+            """,
+            [list(session_ids)],
+        )
+
+    def chunks_without_embedding(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
+        return self.query(  # type: ignore[attr-defined]
+            """
+            SELECT c.chunk_id, c.session_id, c.chunk_index, c.context_content, c.context_hash
+            FROM chunks c LEFT JOIN chunk_embeddings e ON e.chunk_id = c.chunk_id AND e.text_hash = c.context_hash
+            WHERE c.session_id IN (SELECT unnest(?)) AND e.chunk_id IS NULL
+            ORDER BY c.session_id, c.chunk_index
+            """,
+            [list(session_ids)],
+        )
+
+    def delete_stale_embeddings(self, session_ids: Sequence[str]) -> int:
+        """Vectors of chunks that no longer exist as they were (re-chunked or rewritten sessions)."""
+        return self.conn.execute(
+            """
+            DELETE FROM chunk_embeddings e WHERE e.session_id IN (SELECT unnest(?)) AND NOT EXISTS (
+                SELECT 1 FROM chunks c WHERE c.chunk_id = e.chunk_id AND c.context_hash = e.text_hash)
+            """,
+            [list(session_ids)],
+        ).fetchone()[0]
+
+    def cached_embeddings(self, model: str, text_hashes: Sequence[str]) -> dict[str, list[float]]:
+        rows = self.conn.execute(
+            "SELECT text_hash, embedding FROM embedding_cache WHERE model = ? AND text_hash IN (SELECT unnest(?))",
+            [model, list(text_hashes)],
+        ).fetchall()
+        return {text_hash: vector for text_hash, vector in rows}
+
+
+class Warehouse(_Queries):
+    """A writer's handle on the live file: schema, per-session replacement, index maintenance."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = connect(self.path)
+        migrate(self.conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """All of it or none of it, also when the process is killed halfway."""
+        self.conn.execute("BEGIN")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # -- generic row movement --
+
+    def insert(self, table: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> int:
+        """Bulk insert by column name through Arrow (call inside a transaction)."""
+        arrow = rows if isinstance(rows, pa.Table) else _to_arrow(rows)
+        if arrow.num_rows == 0:
+            return 0
+        view = f"_incoming_{table}"
+        self.conn.register(view, arrow)
+        try:
+            self.conn.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {view}")
+        finally:
+            self.conn.unregister(view)
+        return arrow.num_rows
+
+    def delete_where(self, table: str, column: str, values: Sequence[Any]) -> None:
+        if values:
+            self.conn.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?))", [list(values)])
+
+    def replace(self, table: str, column: str, values: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> int:
+        """Delete the rows keyed by `values` and insert `rows` (call inside a transaction)."""
+        self.delete_where(table, column, values)
+        return self.insert(table, rows)
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        cursor = self.conn.execute(sql, params or [])
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        row = self.conn.execute(sql, params or []).fetchone()
+        return row[0] if row else None
+
+    # -- meta --
+
+    def get_meta(self, key: str) -> str | None:
+        return self.scalar("SELECT value FROM meta WHERE key = ?", [key])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute("DELETE FROM meta WHERE key = ?", [key])
+        self.conn.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
+
+    # -- embeddings --
+
+    def ensure_embedding_table(self, model: str, dimensions: int) -> bool:
+        """Make `chunk_embeddings` hold `dimensions`-wide vectors of `model`; True when it was (re)created,
+        which means every chunk must be embedded again (the cache still saves the vectors it has)."""
+        current = (self.get_meta("embedding_model"), self.get_meta("embedding_dimensions"))
+        if current == (model, str(dimensions)) and self._table_exists("chunk_embeddings"):
+            return False
+        with self.transaction():
+            self.conn.execute("DROP TABLE IF EXISTS chunk_embeddings")
+            self.conn.execute(
+                "CREATE TABLE chunk_embeddings (chunk_id VARCHAR, session_id VARCHAR, text_hash VARCHAR, "
+                f"embedding FLOAT[{int(dimensions)}])"
+            )
+            self.conn.execute(
+                "CREATE INDEX chunk_embeddings_hnsw ON chunk_embeddings USING HNSW (embedding) WITH (metric = 'cosine')"
+            )
+            self.set_meta("embedding_model", model)
+            self.set_meta("embedding_dimensions", str(dimensions))
+        return True
+
+    def _table_exists(self, name: str) -> bool:
+        return bool(
+            self.scalar(
+                "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = ?",
+                [DATABASE, name],
+            )
+        )
+
+    def refresh_fts(self) -> None:
+        """Rebuild the BM25 indexes (DuckDB's FTS index is a snapshot of its table, not maintained on write)."""
+        for table, (key, column) in FTS_TABLES.items():
+            self.conn.execute(f"PRAGMA create_fts_index('{table}', '{key}', '{column}', overwrite = 1)")
+
+    def compact_vector_index(self) -> None:
+        """Drop deleted entries from the HNSW graph so it stays small and accurate."""
+        if self._table_exists("chunk_embeddings"):
+            self.conn.execute("PRAGMA hnsw_compact_index('chunk_embeddings_hnsw')")
+
+    def checkpoint(self) -> None:
+        self.conn.execute(f"CHECKPOINT {DATABASE}")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, default=_json_default, ensure_ascii=False, sort_keys=True)
+
+
+def _to_arrow(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist([dict(row) for row in rows])
+
+
+# ---- snapshot ----------------------------------------------------------------------------------------------
+
+
+def publish_snapshot(warehouse: Path) -> Path:
+    """Copy the (closed, checkpointed) live file to the reader snapshot: write a temp file, fsync, rename.
+
+    Readers that have the old snapshot open keep reading it; new readers get the new one. Never partial.
+    """
+    target = snapshot_path(warehouse)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with open(warehouse, "rb") as source, open(temp, "wb") as copy:
+        shutil.copyfileobj(source, copy, 1 << 20)
+        copy.flush()
+        os.fsync(copy.fileno())
+    os.replace(temp, target)
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return target
+
+
+def open_reader(warehouse: Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to the snapshot beside `warehouse` (or to the live file when none was published)."""
+    warehouse = Path(warehouse)
+    snapshot = snapshot_path(warehouse)
+    if warehouse.name.endswith(".search.duckdb"):
+        snapshot = warehouse
+    if snapshot.exists():
+        return connect(snapshot, read_only=True)
+    if warehouse.exists():
+        return connect(warehouse, read_only=True)
+    raise WarehouseError(f"{warehouse}: no warehouse yet; run `sessionmem index` first")

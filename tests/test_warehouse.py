@@ -1,0 +1,145 @@
+"""The warehouse module: schema and migrations, extensions loaded from packages, per-session replacement,
+the writer lock, snapshots, and surviving a SIGKILL in the middle of a write."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sessionmem_pipeline import warehouse as wh_module
+from sessionmem_pipeline.warehouse import (
+    SCHEMA_VERSION,
+    Warehouse,
+    WarehouseBusyError,
+    connect,
+    migrate,
+    open_reader,
+    publish_snapshot,
+    snapshot_path,
+    writer_lock,
+)
+
+
+def test_new_file_gets_the_current_schema(tmp_path: Path) -> None:
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        assert wh.scalar("SELECT max(version) FROM schema_version") == SCHEMA_VERSION
+        tables = {r[0] for r in wh.conn.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    assert {"sessions", "messages", "chunks", "source_files", "quarantine", "session_summaries", "runs"} <= tables
+
+
+def test_migrates_a_version_1_file_keeping_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    conn = connect(path)
+    assert migrate(conn, target=1) == [1]
+    conn.execute("INSERT INTO sessions (session_id, project) VALUES ('s1', 'shop')")
+    conn.close()
+    with Warehouse(path) as wh:  # opening migrates
+        assert wh.scalar("SELECT max(version) FROM schema_version") == SCHEMA_VERSION
+        assert wh.query("SELECT session_id, project, summary_version FROM sessions") == [
+            {"session_id": "s1", "project": "shop", "summary_version": None}
+        ]
+        assert wh.scalar("SELECT count(*) FROM session_summaries") == 0
+
+
+def test_refuses_a_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    Warehouse(path).close()
+    conn = connect(path)
+    conn.execute("INSERT INTO schema_version VALUES (99, now())")
+    conn.close()
+    with pytest.raises(wh_module.WarehouseError, match="newer than this sessionmem"):
+        Warehouse(path)
+
+
+def test_replace_is_idempotent_and_atomic(tmp_path: Path) -> None:
+    rows = [{"session_id": "s1", "seq": i, "message_id": f"L{i}", "role": "user", "text": f"m{i}"} for i in range(3)]
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        for _ in range(2):
+            with wh.transaction():
+                wh.replace("messages", "session_id", ["s1"], rows)
+        assert wh.scalar("SELECT count(*) FROM messages") == 3
+        with pytest.raises(RuntimeError), wh.transaction():
+            wh.replace("messages", "session_id", ["s1"], rows[:1])
+            raise RuntimeError("killed halfway")
+        assert wh.scalar("SELECT count(*) FROM messages") == 3
+
+
+def test_writer_lock_is_exclusive_across_processes(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    code = f"from pathlib import Path; from sessionmem_pipeline.warehouse import writer_lock\n" \
+           f"with writer_lock(Path({str(path)!r}), timeout=0): pass"
+    with writer_lock(path, holder="test"):
+        other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert other.returncode != 0 and "another writer holds the warehouse" in other.stderr
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    with writer_lock(path, timeout=0):
+        with pytest.raises(WarehouseBusyError):
+            with writer_lock(path, timeout=0):
+                pass
+
+
+def test_snapshot_is_a_readable_copy(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    with Warehouse(path) as wh, wh.transaction():
+        wh.insert("sessions", [{"session_id": "s1", "project": "p"}])
+    publish_snapshot(path)
+    assert snapshot_path(path).name == "w.search.duckdb"
+    reader = open_reader(path)
+    assert reader.execute("SELECT session_id FROM sessions").fetchall() == [("s1",)]
+    with pytest.raises(duckdb.Error):
+        reader.execute("INSERT INTO sessions (session_id) VALUES ('x')")
+    reader.close()
+
+
+WRITER = textwrap.dedent(
+    """
+    import random, sys
+    from pathlib import Path
+    from sessionmem_pipeline.warehouse import Warehouse
+    wh = Warehouse(Path(sys.argv[1]))
+    wh.ensure_embedding_table("test-model", 16)
+    rng = random.Random(7)
+    batch = 0
+    while True:
+        rows = [{"chunk_id": f"c{batch}-{i}", "session_id": f"s{batch}", "text_hash": "h",
+                 "embedding": [rng.uniform(-1, 1) for _ in range(16)]} for i in range(50)]
+        with wh.transaction():
+            wh.insert("chunk_embeddings", rows)
+        batch += 1
+        print(batch, flush=True)
+    """
+)
+
+
+def test_sigkill_mid_write_keeps_every_committed_row_and_the_hnsw_index(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    committed = 0
+    for line in writer.stdout:
+        committed = int(line)
+        if committed >= 40:
+            break
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.wait()
+    writer.stdout.close()
+
+    with Warehouse(path) as wh:
+        count = wh.scalar("SELECT count(*) FROM chunk_embeddings")
+        assert count >= committed * 50 and count % 50 == 0  # whole transactions only
+        samples = wh.query("SELECT chunk_id, embedding FROM chunk_embeddings USING SAMPLE 25 ROWS (reservoir, 3)")
+        plan = wh.conn.execute(
+            "EXPLAIN SELECT chunk_id FROM chunk_embeddings ORDER BY array_cosine_distance(embedding, ?::FLOAT[16]) LIMIT 1",
+            [samples[0]["embedding"]],
+        ).fetchall()
+        assert "HNSW_INDEX_SCAN" in str(plan)
+        for sample in samples:  # every committed vector is reachable through the index
+            nearest = wh.scalar(
+                "SELECT chunk_id FROM chunk_embeddings ORDER BY array_cosine_distance(embedding, ?::FLOAT[16]) LIMIT 1",
+                [sample["embedding"]],
+            )
+            assert nearest == sample["chunk_id"]
