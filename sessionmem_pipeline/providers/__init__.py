@@ -17,6 +17,8 @@ from sessionmem_pipeline.providers.llm import OpenAIChatModel, build_chat_model,
 from sessionmem_pipeline.providers.openai_compat import ProviderConfigError
 
 __all__ = [
+    "chat_model_from_settings",
+    "embedder_from_settings",
     "Embedder",
     "EmbeddingError",
     "EmbeddingOutcome",
@@ -28,3 +30,20 @@ __all__ = [
     "build_embedder",
     "parse_json_object",
 ]
+
+
+def embedder_from_settings(settings) -> Embedder:
+    """The embedder the loaded configuration (`sessionmem_pipeline.config.Settings`) selects."""
+    return build_embedder(
+        settings["embedding.provider"],
+        settings["embedding.model"],
+        settings["embedding.base_url"],
+        settings["embedding.dimensions"] or None,
+        settings["embedding.api_key"],
+        settings["embedding.batch_size"],
+    )
+
+
+def chat_model_from_settings(settings):
+    """The chat model the configuration selects, or None when `llm.provider` is "none"."""
+    return build_chat_model(settings["llm.provider"], settings["llm.model"], settings["llm.base_url"], settings["llm.api_key"])

@@ -1,0 +1,226 @@
+"""Ingest: one source file into canonical messages (`raw_messages`), with validation, quarantine and change decisions.
+
+A grown file (a live agent session) writes only its new messages: the last stored message is written again,
+because an agent may still be appending blocks to it, and everything after it is new. If the file's earlier
+messages no longer match what is stored (a generic file re-split at a new gap, an edited file), the file is
+treated as rewritten and its sessions are replaced whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sessionmem_pipeline.core import changes
+from sessionmem_pipeline.core.formats import inspect_file
+from sessionmem_pipeline.core.models import KIND_MESSAGE, Message, ParsedSession, ParseResult
+from sessionmem_pipeline.stages.discover import SourceFile, file_stat
+from sessionmem_pipeline.warehouse import Warehouse, message_row, to_json
+
+
+@dataclass
+class IngestOutcome:
+    """What one file's ingest did: the decision, and the work it caused."""
+
+    path: str
+    partition_key: str
+    decision: str
+    session_ids: list[str] = field(default_factory=list)
+    changed_session_ids: list[str] = field(default_factory=list)
+    messages_written: int = 0
+    warnings: list[str] = field(default_factory=list)
+    quarantine_reason: str | None = None
+
+
+def _read_prefix(path: str):
+    def read(count: int) -> bytes:
+        with open(path, "rb") as handle:
+            return handle.read() if count < 0 else handle.read(count)
+
+    return read
+
+
+def ingest_file(
+    wh: Warehouse, source: SourceFile, *, max_bad_share: float = 0.5, full: bool = False
+) -> IngestOutcome:
+    """Decide what the file needs and do it, in one transaction."""
+    previous, row = wh.source_state(source.path)
+    current = file_stat(source.path)
+    decision = changes.decide(current, previous, _read_prefix(source.path))
+    if full and decision == changes.UNCHANGED and previous is not None:
+        decision = changes.REWRITTEN
+    outcome = IngestOutcome(source.path, source.partition_key, decision)
+    if decision == changes.DELETED:
+        remove_file(wh, source.path)
+        return outcome
+    if decision == changes.UNCHANGED:
+        outcome.session_ids = list(row["session_ids"] or []) if row else []
+        return outcome
+
+    with open(source.path, "rb") as handle:
+        data = handle.read()
+    sha256 = changes.sha256_bytes(data)
+    if not full and row is None and wh.quarantined_sha256(source.path) == sha256:
+        outcome.decision = changes.UNCHANGED  # still the same broken file: nothing new to say
+        return outcome
+    report, parsed = inspect_file(source.path, source.root, data, max_bad_share=max_bad_share)
+    outcome.warnings = list(report.warnings)
+    if parsed is None:
+        _quarantine(wh, source, report.quarantine_reason or "invalid", report.errors, sha256, len(data))
+        outcome.quarantine_reason = report.quarantine_reason
+        return outcome
+
+    stored_ids = list(row["session_ids"] or []) if row and previous else []
+    with wh.transaction():
+        plan = _write_plan(wh, parsed, stored_ids, decision)
+        if plan.replace_all:
+            wh.delete_sessions(stored_ids)
+        for session in parsed.sessions:
+            start = plan.first_seq.get(session.session_id, 0)
+            new = [m for m in session.messages if m.seq >= start]
+            wh.conn.execute("DELETE FROM messages WHERE session_id = ? AND seq >= ?", [session.session_id, start])
+            outcome.messages_written += wh.insert("messages", [message_row(m) for m in new])
+            if new or plan.replace_all:
+                outcome.changed_session_ids.append(session.session_id)
+        _write_sessions(wh, parsed.sessions, source)
+        session_ids = [s.session_id for s in parsed.sessions]
+        wh.refresh_session_aggregates(session_ids)
+        _write_source_state(wh, source, parsed, data, sha256, session_ids)
+        wh.replace(
+            "parse_warnings",
+            "path",
+            [source.path],
+            [{"path": w.path, "line": w.line, "reason": w.reason, "recorded_at": _now()} for w in parsed.warnings],
+        )
+        wh.delete_where("quarantine", "path", [source.path])
+    outcome.decision = changes.REWRITTEN if plan.replace_all and decision == changes.GROWN else decision
+    outcome.session_ids = session_ids
+    return outcome
+
+
+@dataclass
+class _Plan:
+    replace_all: bool
+    first_seq: dict[str, int]  # session -> first seq to (re)write
+
+
+def _write_plan(wh: Warehouse, parsed: ParseResult, stored_ids: Sequence[str], decision: str) -> _Plan:
+    """For a grown file, where each session's new messages start; otherwise replace everything."""
+    if decision != changes.GROWN:
+        return _Plan(True, {})
+    first_seq: dict[str, int] = {}
+    parsed_ids = {s.session_id for s in parsed.sessions}
+    if not set(stored_ids) <= parsed_ids:
+        return _Plan(True, {})
+    for session in parsed.sessions:
+        stored = wh.message_keys(session.session_id) if session.session_id in stored_ids else []
+        keep = max(len(stored) - 1, 0)  # the last stored message may still be growing
+        if [m.message_id for m in session.messages[:keep]] != stored[:keep]:
+            return _Plan(True, {})
+        first_seq[session.session_id] = keep
+    return _Plan(False, first_seq)
+
+
+def _first_request(messages: Sequence[Message]) -> str | None:
+    for message in messages:
+        if message.role == "user" and message.kind == KIND_MESSAGE and message.text.strip():
+            return message.text.strip()[:500]
+    return None
+
+
+def _write_sessions(wh: Warehouse, sessions: Sequence[ParsedSession], source: SourceFile) -> None:
+    rows = []
+    for session in sessions:
+        existing = wh.session_row(session.session_id) or {}
+        rows.append(
+            {
+                "session_id": session.session_id,
+                "partition_key": source.partition_key,
+                "project": session.project,
+                "source_path": source.path,
+                "format": session.format,
+                "title": session.title,
+                "parent_session_id": session.parent_session_id,
+                "cwd": session.cwd,
+                "git_branch": session.git_branch,
+                "model": session.model,
+                "first_request": existing.get("first_request") or _first_request(session.messages),
+                "metadata": to_json(session.metadata),
+                "indexed_at": _now(),
+                "summary_version": existing.get("summary_version"),
+                "summary_overview": existing.get("summary_overview"),
+                "topics": existing.get("topics"),
+            }
+        )
+    wh.replace("sessions", "session_id", [s.session_id for s in sessions], rows)
+
+
+def _write_source_state(
+    wh: Warehouse, source: SourceFile, parsed: ParseResult, data: bytes, sha256: str, session_ids: list[str]
+) -> None:
+    current = file_stat(source.path) or source.stat
+    consumed = parsed.consumed_bytes
+    wh.replace(
+        "source_files",
+        "path",
+        [source.path],
+        [
+            {
+                "path": source.path,
+                "partition_key": source.partition_key,
+                "source_root": source.root,
+                "format": parsed.format,
+                "size": len(data),
+                "mtime_ns": current.mtime_ns if current.size == len(data) else source.stat.mtime_ns,
+                "sha256": sha256,
+                "consumed_bytes": consumed,
+                "prefix_sha256": changes.sha256_bytes(data[:consumed]),
+                "status": "indexed",
+                "session_ids": session_ids,
+                "message_count": sum(len(s.messages) for s in parsed.sessions),
+                "lines_read": parsed.lines_read,
+                "warning_count": len(parsed.warnings),
+                "skipped": to_json(parsed.skipped),
+                "last_indexed_at": _now(),
+            }
+        ],
+    )
+
+
+def _quarantine(
+    wh: Warehouse, source: SourceFile, reason: str, errors: Sequence[str], sha256: str, size: int
+) -> None:
+    """Record the file as unusable; its earlier rows (if it was valid once) stay searchable."""
+    with wh.transaction():
+        wh.replace(
+            "quarantine",
+            "path",
+            [source.path],
+            [
+                {
+                    "path": source.path,
+                    "partition_key": source.partition_key,
+                    "reason": reason,
+                    "details": "\n".join(errors[:20]),
+                    "sha256": sha256,
+                    "size": size,
+                    "quarantined_at": _now(),
+                }
+            ],
+        )
+
+
+def remove_file(wh: Warehouse, path: str) -> list[str]:
+    """A deleted source file: its sessions' rows everywhere, its state and its quarantine record."""
+    _, row = wh.source_state(path)
+    session_ids = list(row["session_ids"] or []) if row else []
+    with wh.transaction():
+        wh.delete_sessions(session_ids)
+        for table in ("source_files", "quarantine", "parse_warnings"):
+            wh.delete_where(table, "path", [path])
+    return session_ids
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,164 @@
+"""`sessionmem index`: every stage in order, in-process, under the writer lock (the Dagster job runs the same
+stage functions, asset by asset)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sessionmem_pipeline.config import Settings
+from sessionmem_pipeline.core import changes
+from sessionmem_pipeline.providers import Embedder, embedder_from_settings
+from sessionmem_pipeline.stages.discover import SourceFile, discover
+from sessionmem_pipeline.stages.embed import chunk_limits, embed_sessions
+from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file
+from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
+from sessionmem_pipeline.stages.transform import chunk_sessions, collapse_sessions
+from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, snapshot_path, to_json, writer_lock
+
+Progress = Callable[[str, int, int], None]
+"""progress(stage, done, total)"""
+
+
+@dataclass
+class IndexReport:
+    """What one `index` run did, for the summary line, `--json` and the runs table."""
+
+    run_id: str
+    files_seen: int = 0
+    decisions: dict[str, int] = field(default_factory=dict)
+    quarantined: list[dict[str, str]] = field(default_factory=list)
+    sessions_changed: int = 0
+    messages_written: int = 0
+    chunks: int = 0
+    tokens: int = 0
+    embedded: int = 0
+    embeddings_cached: int = 0
+    embedding_failures: int = 0
+    orphans_removed: int = 0
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    snapshot: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.sessions_changed or self.orphans_removed or self.quarantined or self.embedded)
+
+    def summary_line(self) -> str:
+        decided = ", ".join(f"{n} {d}" for d, n in sorted(self.decisions.items())) or "none"
+        return (
+            f"indexed {self.files_seen} files ({decided}): {self.sessions_changed} sessions changed, "
+            f"{self.messages_written} messages, {self.chunks} chunks, {self.embedded} embedded "
+            f"({self.embeddings_cached} cached), {len(self.quarantined)} quarantined, "
+            f"{self.orphans_removed} removed in {self.seconds:.1f}s"
+        )
+
+
+def _select(files: Sequence[SourceFile], wh: Warehouse, session: str | None) -> list[SourceFile]:
+    if session is None:
+        return list(files)
+    keys = {r["partition_key"] for r in wh.indexed_paths() if session in (r["session_ids"] or [])}
+    return [f for f in files if f.partition_key in keys or f.partition_key == session]
+
+
+def index_sources(
+    settings: Settings,
+    *,
+    sources: Sequence[Path] | None = None,
+    session: str | None = None,
+    full: bool = False,
+    since: datetime | None = None,
+    embedder: Embedder | None = None,
+    progress: Progress | None = None,
+) -> IndexReport:
+    """Ingest, transform, embed, refresh the search index and publish the snapshot."""
+    started = time.perf_counter()
+    report = IndexReport(run_id=f"cli-{uuid.uuid4().hex[:12]}")
+    roots = list(sources) if sources else list(settings.sources)
+    tick = progress or (lambda stage, done, total: None)
+    with writer_lock(settings.warehouse, holder="sessionmem index"):
+        with Warehouse(settings.warehouse) as wh:
+            started_at = datetime.now(UTC)
+            files = _select(discover(roots, since=since), wh, session)
+            report.files_seen = len(files)
+            changed: list[str] = []
+            for done, source in enumerate(files, start=1):
+                outcome = ingest_file(wh, source, max_bad_share=settings["validation.max_bad_line_share"], full=full)
+                _record(report, outcome)
+                changed += outcome.changed_session_ids
+                tick("ingest", done, len(files))
+            report.sessions_changed = len(changed)
+
+            embedder = embedder or embedder_from_settings(settings)
+            max_tokens, window = chunk_limits(embedder, settings["chunking.max_tokens"])
+            collapse_sessions(wh, changed)
+            chunked = chunk_sessions(
+                wh, changed, max_tokens=max_tokens, timezone=settings.timezone, window=window
+            )
+            report.chunks, report.tokens = chunked.chunks, chunked.tokens
+            report.warnings += chunked.warnings
+
+            all_sessions = [r[0] for r in wh.conn.execute("SELECT session_id FROM sessions").fetchall()]
+            pending = len(wh.chunks_without_embedding(all_sessions)) if wh.get_meta("embedding_model") else None
+            total = pending if pending is not None else wh.scalar("SELECT count(*) FROM chunks")
+            done_chunks = 0
+
+            def embedded(count: int) -> None:
+                nonlocal done_chunks
+                done_chunks += count
+                tick("embed", done_chunks, total)
+
+            embedding = embed_sessions(wh, all_sessions, embedder, progress=embedded)
+            report.embedded, report.embeddings_cached = embedding.embedded, embedding.cached
+            report.embedding_failures = embedding.failed
+
+            if session is None:
+                report.orphans_removed = remove_orphans(wh, roots)
+            publish = report.changed or not snapshot_path(settings.warehouse).exists()
+            if publish:
+                refresh_search_index(wh)
+            report.seconds = time.perf_counter() - started
+            _record_run(wh, report, started_at, "cli")
+            wh.checkpoint()
+        if publish:
+            report.snapshot = str(publish_snapshot(settings.warehouse))
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _record(report: IndexReport, outcome: IngestOutcome) -> None:
+    decision = "quarantined" if outcome.quarantine_reason else outcome.decision
+    report.decisions[decision] = report.decisions.get(decision, 0) + 1
+    report.messages_written += outcome.messages_written
+    report.warnings += outcome.warnings
+    if outcome.quarantine_reason:
+        report.quarantined.append({"path": outcome.path, "reason": outcome.quarantine_reason})
+
+
+def _record_run(wh: Warehouse, report: IndexReport, started_at: datetime, trigger: str) -> None:
+    with wh.transaction():
+        wh.insert(
+            "runs",
+            [
+                {
+                    "run_id": report.run_id,
+                    "trigger": trigger,
+                    "started_at": started_at,
+                    "finished_at": datetime.now(UTC),
+                    "status": "success",
+                    "files_seen": report.files_seen,
+                    "files_changed": report.files_seen - report.decisions.get(changes.UNCHANGED, 0),
+                    "sessions": report.sessions_changed,
+                    "messages": report.messages_written,
+                    "chunks": report.chunks,
+                    "embedded": report.embedded,
+                    "quarantined": len(report.quarantined),
+                    "seconds": report.seconds,
+                    "details": to_json({k: v for k, v in asdict(report).items() if k in ("decisions", "warnings")}),
+                }
+            ],
+        )

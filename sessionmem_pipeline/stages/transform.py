@@ -1,0 +1,101 @@
+"""Transform: canonical messages -> collapsed, redacted narrative (`collapsed_messages`) -> exchange chunks with
+topics, flags and the contextual prefix (`session_chunks`).
+
+Both steps are cheap and pure, so a changed session is collapsed and chunked whole; chunks are append-stable
+(core/chunk.py), so only new chunks get a new context hash and reach the embedder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sessionmem_pipeline.core.chunk import EmbedderWindow, chunk_session
+from sessionmem_pipeline.core.collapse import collapse_messages
+from sessionmem_pipeline.core.context import SessionContext, context_line, contextual_prefix, first_request
+from sessionmem_pipeline.core.models import content_hash
+from sessionmem_pipeline.core.topics import keyword_topics_for_chunks, session_topics
+from sessionmem_pipeline.warehouse import Warehouse, collapsed_row
+
+
+@dataclass
+class TransformOutcome:
+    sessions: int = 0
+    messages: int = 0
+    tool_calls: int = 0
+    chunks: int = 0
+    tokens: int = 0
+    dropped_messages: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def collapse_sessions(wh: Warehouse, session_ids: Sequence[str]) -> TransformOutcome:
+    """Collapse tool calls and redact secrets, one transaction per session."""
+    outcome = TransformOutcome()
+    for session_id in session_ids:
+        collapsed = collapse_messages(wh.load_messages(session_id))
+        with wh.transaction():
+            wh.replace("collapsed_messages", "session_id", [session_id], [collapsed_row(m) for m in collapsed])
+        outcome.sessions += 1
+        outcome.messages += len(collapsed)
+        outcome.tool_calls += sum(len(m.tools) for m in collapsed)
+    return outcome
+
+
+def chunk_sessions(
+    wh: Warehouse,
+    session_ids: Sequence[str],
+    *,
+    max_tokens: int,
+    timezone: str,
+    window: EmbedderWindow | None = None,
+) -> TransformOutcome:
+    """Chunk each session, tag topics, set flags and build the contextual prefix; one transaction per session."""
+    outcome = TransformOutcome()
+    for session_id in session_ids:
+        session = wh.session_row(session_id)
+        if session is None:
+            continue
+        collapsed = wh.load_collapsed(session_id)
+        result = chunk_session(collapsed, max_tokens=max_tokens, window=window)
+        speakers = {m.speaker for m in collapsed}
+        topics = keyword_topics_for_chunks([c.content for c in result.chunks], exclude=speakers)
+        context = SessionContext(session["project"] or "", session["started_at"], first_request(collapsed), timezone)
+        rows = []
+        for chunk, chunk_topics in zip(result.chunks, topics, strict=True):
+            prefix = contextual_prefix(context, chunk.speakers, chunk_topics, chunk.ts_start)
+            context_content = f"{prefix}\n\n{chunk.content}"
+            rows.append(
+                {
+                    "chunk_id": chunk.chunk_id,
+                    "session_id": session_id,
+                    "project": session["project"],
+                    "chunk_index": chunk.chunk_index,
+                    "message_ids": list(chunk.message_ids),
+                    "ts_start": chunk.ts_start,
+                    "ts_end": chunk.ts_end,
+                    "speakers": list(chunk.speakers),
+                    "roles": list(chunk.roles),
+                    "topics": chunk_topics,
+                    "has_decision": chunk.has_decision,
+                    "has_action": chunk.has_action,
+                    "continued": chunk.continued,
+                    "token_count": chunk.token_count,
+                    "content": chunk.content,
+                    "context": context_line(context, chunk.ts_start),
+                    "context_content": context_content,
+                    "content_hash": chunk.content_hash,
+                    "context_hash": content_hash(context_content),
+                }
+            )
+        with wh.transaction():
+            wh.replace("chunks", "session_id", [session_id], rows)
+            wh.conn.execute(
+                "UPDATE sessions SET topics = ? WHERE session_id = ?", [session_topics(topics), session_id]
+            )
+        outcome.sessions += 1
+        outcome.chunks += len(rows)
+        outcome.tokens += sum(r["token_count"] for r in rows)
+        outcome.dropped_messages += len(result.dropped)
+        outcome.warnings += [f"{session_id}: {w}" for w in result.warnings]
+    return outcome
