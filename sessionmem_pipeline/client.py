@@ -1,0 +1,305 @@
+"""SessionMemory: the thin reader over the published snapshot (no Dagster import, never writes the warehouse).
+
+Search is hybrid: BM25 over chunk text and cosine similarity over contextual embeddings, fused by reciprocal
+rank (RRF), so exact names and paths (BM25) and paraphrases (vectors) both find their chunk. Every search appends
+one line (time, latency, result count) to `search-log.jsonl` beside the warehouse.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from sessionmem_pipeline.config import Settings, load_settings
+from sessionmem_pipeline.core.context import zone
+from sessionmem_pipeline.warehouse import open_reader, search_log_path, snapshot_path
+
+CANDIDATES = 50  # per retriever, before fusion
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    session_id: str
+    project: str
+    chunk_index: int
+    timestamp: datetime | None
+    speakers: list[str]
+    topics: list[str]
+    score: float
+    content: str
+    context: str
+    message_ids: list[str]
+    source_path: str
+    stage: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["timestamp"] = self.timestamp.isoformat() if self.timestamp else None
+        return data
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Chunk filters (INTERFACES.md); session-level ones are those `search_sessions` accepts too."""
+
+    after: str | date | datetime | None = None
+    before: str | date | datetime | None = None
+    speaker: str | None = None
+    role: str | None = None
+    topics: Sequence[str] | None = None
+    has_decision: bool | None = None
+    has_action: bool | None = None
+    project: str | None = None
+    session_id: str | None = None
+    timezone: str = field(default="UTC", compare=False)
+
+    def chunk_sql(self, alias: str = "c") -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if self.after is not None:
+            clauses.append(f"{alias}.ts_start >= ?")
+            params.append(parse_moment(self.after, self.timezone))
+        if self.before is not None:
+            clauses.append(f"{alias}.ts_start < ?")
+            params.append(parse_moment(self.before, self.timezone))
+        if self.speaker:
+            clauses.append(f"list_contains(list_transform({alias}.speakers, s -> lower(s)), lower(?))")
+            params.append(self.speaker)
+        if self.role:
+            clauses.append(f"list_contains({alias}.roles, ?)")
+            params.append(self.role)
+        if self.topics:
+            clauses.append(f"list_has_any({alias}.topics, ?::VARCHAR[])")
+            params.append([t.lower() for t in self.topics])
+        if self.has_decision is not None:
+            clauses.append(f"{alias}.has_decision = ?")
+            params.append(self.has_decision)
+        if self.has_action is not None:
+            clauses.append(f"{alias}.has_action = ?")
+            params.append(self.has_action)
+        if self.project:
+            clauses.append(f"{alias}.project = ?")
+            params.append(self.project)
+        if self.session_id:
+            clauses.append(f"{alias}.session_id = ?")
+            params.append(self.session_id)
+        return (" AND ".join(clauses) or "TRUE"), params
+
+
+def parse_moment(value: str | date | datetime, timezone: str) -> datetime:
+    """An ISO date or datetime; a bare date is that day's start in the configured zone; naive times too."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, date):
+        moment = datetime(value.year, value.month, value.day)
+    else:
+        try:
+            moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"not an ISO date or datetime: {value!r} (expected e.g. 2026-03-02 or 2026-03-02T14:00)")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone(timezone))
+    return moment.astimezone(UTC)
+
+
+def reciprocal_rank_fusion(rankings: Sequence[tuple[Sequence[str], float]], k: int = 60) -> dict[str, float]:
+    """Σ weight / (k + rank) over the rankings that list an item (rank from 1)."""
+    scores: dict[str, float] = {}
+    for ranked, weight in rankings:
+        for rank, item in enumerate(ranked, start=1):
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
+    return scores
+
+
+class SessionMemory:
+    """Search the memory built by `sessionmem index` or the Dagster job."""
+
+    def __init__(
+        self,
+        warehouse: str | Path | None = None,
+        *,
+        config: str | Path | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.settings = settings or load_settings(config, {"warehouse": str(warehouse) if warehouse else None})
+        if settings is not None and warehouse is not None:
+            self.settings = settings.with_overrides({"warehouse": str(warehouse)})
+        self.warehouse = self.settings.warehouse
+        self._conn: duckdb.DuckDBPyConnection | None = None
+        self._opened: tuple[int, int] | None = None
+        self._embedder = None
+
+    # -- connection to the newest snapshot --
+
+    def _snapshot_identity(self) -> tuple[int, int] | None:
+        try:
+            info = snapshot_path(self.warehouse).stat()
+        except FileNotFoundError:
+            return None
+        return info.st_ino, info.st_mtime_ns
+
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The reader connection, reopened when a newer snapshot has been published."""
+        identity = self._snapshot_identity()
+        if self._conn is None or identity != self._opened:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = open_reader(self.warehouse)
+            self._opened = identity
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _meta(self, key: str) -> str | None:
+        row = self.connection().execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        return row[0] if row else None
+
+    def embedder(self):
+        """The configured embedder; it must be the model the warehouse was built with."""
+        if self._embedder is None:
+            from sessionmem_pipeline.providers import embedder_from_settings
+
+            self._embedder = embedder_from_settings(self.settings)
+        stored = self._meta("embedding_model")
+        if stored and stored != self._embedder.model_id:
+            raise ValueError(
+                f"{self.warehouse}: indexed with {stored} but configured for {self._embedder.model_id}; "
+                "run `sessionmem reembed` (or change embedding.* back)"
+            )
+        return self._embedder
+
+    def _log(self, kind: str, started: float, results: int) -> None:
+        line = {
+            "time": datetime.now(UTC).isoformat(),
+            "kind": kind,
+            "latency_ms": round((time.perf_counter() - started) * 1000, 2),
+            "results": results,
+        }
+        try:
+            with open(search_log_path(self.warehouse), "a", encoding="utf-8") as log:
+                log.write(json.dumps(line) + "\n")
+        except OSError:
+            pass  # metrics are best effort: a read-only folder must not break search
+
+    # -- chunk search --
+
+    def _filters(self, **filters: Any) -> Filters:
+        return Filters(**filters, timezone=self.settings.timezone)
+
+    def bm25_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> list[str]:
+        where, params = filters.chunk_sql()
+        try:
+            rows = self.connection().execute(
+                f"""
+                SELECT chunk_id FROM (
+                    SELECT c.chunk_id, fts_main_chunks.match_bm25(c.chunk_id, ?) AS score FROM chunks c WHERE {where}
+                ) WHERE score IS NOT NULL ORDER BY score DESC, chunk_id LIMIT ?
+                """,
+                [query, *params, limit],
+            ).fetchall()
+        except duckdb.CatalogException:
+            return []  # no FTS index yet (an empty warehouse)
+        return [r[0] for r in rows]
+
+    def vector_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> list[str]:
+        if not self._meta("embedding_model"):
+            return []
+        embedder = self.embedder()
+        vector = [float(x) for x in embedder.embed([query])[0]]
+        where, params = filters.chunk_sql()
+        rows = self.connection().execute(
+            f"""
+            SELECT c.chunk_id FROM chunk_embeddings e JOIN chunks c USING (chunk_id) WHERE {where}
+            ORDER BY array_cosine_distance(e.embedding, ?::FLOAT[{embedder.dimensions}]), c.chunk_id LIMIT ?
+            """,
+            [*params, vector, limit],
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        after: str | date | datetime | None = None,
+        before: str | date | datetime | None = None,
+        speaker: str | None = None,
+        role: str | None = None,
+        topics: Sequence[str] | None = None,
+        has_decision: bool | None = None,
+        has_action: bool | None = None,
+        project: str | None = None,
+        session_id: str | None = None,
+    ) -> list[SearchResult]:
+        """The chunks that best match `query`, best first (hybrid BM25 + vector, RRF)."""
+        started = time.perf_counter()
+        filters = self._filters(
+            after=after,
+            before=before,
+            speaker=speaker,
+            role=role,
+            topics=topics,
+            has_decision=has_decision,
+            has_action=has_action,
+            project=project,
+            session_id=session_id,
+        )
+        s = self.settings
+        fused = reciprocal_rank_fusion(
+            [
+                (self.bm25_ranking(query, filters), s["search.bm25_weight"]),
+                (self.vector_ranking(query, filters), s["search.vector_weight"]),
+            ],
+            k=s["search.rrf_k"],
+        )
+        ranked = sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        results = self.chunks_by_id(dict(ranked))
+        self._log("search", started, len(results))
+        return results
+
+    def chunks_by_id(self, scores: dict[str, float], stage: str | None = None) -> list[SearchResult]:
+        """Results for chunk ids, in the order of their scores."""
+        if not scores:
+            return []
+        rows = self.connection().execute(
+            """
+            SELECT c.chunk_id, c.session_id, c.project, c.chunk_index, c.ts_start, c.speakers, c.topics, c.content,
+                   c.context, c.message_ids, s.source_path
+            FROM chunks c LEFT JOIN sessions s USING (session_id) WHERE c.chunk_id IN (SELECT unnest(?))
+            """,
+            [list(scores)],
+        ).fetchall()
+        by_id = {row[0]: row for row in rows}
+        results = []
+        for chunk_id, score in sorted(scores.items(), key=lambda item: (-item[1], item[0])):
+            row = by_id.get(chunk_id)
+            if row is None:
+                continue
+            results.append(
+                SearchResult(
+                    session_id=row[1],
+                    project=row[2] or "",
+                    chunk_index=row[3],
+                    timestamp=row[4].astimezone(UTC) if row[4] else None,
+                    speakers=list(row[5] or []),
+                    topics=list(row[6] or []),
+                    score=round(score, 6),
+                    content=row[7],
+                    context=row[8] or "",
+                    message_ids=list(row[9] or []),
+                    source_path=row[10] or "",
+                    stage=stage,
+                )
+            )
+        return results
+
