@@ -1,0 +1,52 @@
+"""Asset checks: statements about the warehouse that should always be true. They read through the writer's
+connection (pool `duckdb_warehouse`), since checks run inside pipeline runs."""
+
+
+import dagster as dg
+
+from sessionmem_pipeline.defs.assets import chunk_embeddings, chunks, search_index
+from sessionmem_pipeline.defs.partitions import WAREHOUSE_POOL
+from sessionmem_pipeline.defs.resources import SessionmemResource
+from sessionmem_pipeline.stages.embed import chunk_limits
+from sessionmem_pipeline.warehouse import Warehouse, writer_lock
+
+
+def _scalar(sessionmem: SessionmemResource, sql: str, params: list | None = None):
+    settings = sessionmem.settings()
+    with writer_lock(settings.warehouse, holder="dagster asset check"):
+        with Warehouse(settings.warehouse) as wh:
+            return wh.scalar(sql, params)
+
+
+@dg.asset_check(asset=chunks, pool=WAREHOUSE_POOL, blocking=True)
+def chunks_within_token_limit(sessionmem: SessionmemResource) -> dg.AssetCheckResult:
+    """No chunk is larger than the chunk limit the embedder allows."""
+    limit, _ = chunk_limits(sessionmem.embedder(), sessionmem.settings()["chunking.max_tokens"])
+    over = _scalar(sessionmem, "SELECT count(*) FROM chunks WHERE token_count > ?", [limit])
+    return dg.AssetCheckResult(passed=over == 0, metadata={"chunks_over_limit": over, "limit": limit})
+
+
+@dg.asset_check(asset=chunk_embeddings, pool=WAREHOUSE_POOL)
+def every_chunk_has_an_embedding(sessionmem: SessionmemResource) -> dg.AssetCheckResult:
+    """Chunks without a vector are invisible to semantic search (a failed provider call leaves some; the next
+    run retries them)."""
+    missing = _scalar(
+        sessionmem,
+        "SELECT count(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM chunk_embeddings e WHERE e.chunk_id = c.chunk_id)",
+    )
+    return dg.AssetCheckResult(
+        passed=missing == 0, severity=dg.AssetCheckSeverity.WARN, metadata={"chunks_without_embedding": missing}
+    )
+
+
+@dg.asset_check(asset=search_index, pool=WAREHOUSE_POOL)
+def search_index_covers_all_chunks(sessionmem: SessionmemResource) -> dg.AssetCheckResult:
+    """The BM25 index has a document for every chunk."""
+    missing = _scalar(
+        sessionmem,
+        "SELECT count(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM fts_main_chunks.docs d WHERE d.name = c.chunk_id)",
+    )
+    return dg.AssetCheckResult(passed=missing == 0, metadata={"chunks_not_indexed": missing})
+
+
+PIPELINE_CHECKS = [chunks_within_token_limit, every_chunk_has_an_embedding, search_index_covers_all_chunks]

@@ -1,0 +1,130 @@
+"""The Dagster layer: real materializations of the per-session assets on a temporary warehouse, idempotent
+re-materialization, the search index publishing a snapshot, and the sensor's requests from file stats."""
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from sessionmem_pipeline.defs.assets import PIPELINE_ASSETS, search_index
+from sessionmem_pipeline.defs.checks import PIPELINE_CHECKS
+from sessionmem_pipeline.defs.partitions import session_partitions
+from sessionmem_pipeline.defs.resources import SessionmemResource
+from sessionmem_pipeline.defs.sensors import session_files_sensor
+from sessionmem_pipeline.definitions import defs
+from sessionmem_pipeline.warehouse import Warehouse, snapshot_path
+
+SAMPLES = Path(__file__).parent.parent / "samples"
+PARTITIONED = [a for a in PIPELINE_ASSETS if a.partitions_def is not None]
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> dict:
+    sources = tmp_path / "sources"
+    shutil.copytree(SAMPLES / "generic", sources / "generic")
+    shutil.copytree(SAMPLES / "claude", sources / "claude")
+    config = tmp_path / "sessionmem.toml"
+    config.write_text(f'warehouse = "{tmp_path / "w.duckdb"}"\nsources = ["{sources}"]\n', encoding="utf-8")
+    resource = SessionmemResource(config_file=str(config))
+    return {"sources": sources, "warehouse": tmp_path / "w.duckdb", "resources": {"sessionmem": resource}}
+
+
+def _counts(warehouse: Path) -> dict[str, int]:
+    with Warehouse(warehouse) as wh:
+        return {t: wh.scalar(f"SELECT count(*) FROM {t}") for t in ("sessions", "messages", "chunks", "chunk_embeddings")}
+
+
+def test_definitions_load_with_sensor_checks_and_partitions() -> None:
+    repo = defs.get_repository_def()
+    assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {
+        "raw_messages", "collapsed_messages", "chunks", "chunk_embeddings", "search_index"
+    }
+    assert repo.get_sensor_def("session_files_sensor")
+    for asset in PARTITIONED:
+        assert asset.partitions_def == session_partitions
+        assert asset.backfill_policy is not None and asset.backfill_policy.max_partitions_per_run == 200
+    assert {a.op.pool for a in PIPELINE_ASSETS} | {c.op.pool for c in PIPELINE_CHECKS} == {"duckdb_warehouse"}
+    assert len(PIPELINE_CHECKS) == 3
+
+
+def test_materialize_partitions_then_index_and_rematerialize_idempotently(project: dict) -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    keys = ["claude/-home-dev-webshop/3f6c2b9e-71d4-4a8e-b5c0-9e2d7a41f863", "generic/planning/2026-03-02"]
+    instance.add_dynamic_partitions(session_partitions.name, keys)
+    run_range = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[1]}
+    result = dg.materialize(
+        PARTITIONED + PIPELINE_CHECKS[:2], instance=instance, resources=project["resources"], tags=run_range
+    )
+    assert result.success
+    first = _counts(project["warehouse"])
+    assert first["sessions"] == 3  # one Claude Code session, a generic file split at a 3-hour gap
+    assert first["chunks"] > 0 and first["chunk_embeddings"] == first["chunks"]
+    raw = result.asset_materializations_for_node("raw_messages")
+    assert {m.partition for m in raw} == set(keys)
+    assert raw[0].metadata["decisions"].value == {"new": 2}
+    assert result.get_asset_check_evaluations()[0].passed
+
+    index = dg.materialize([search_index], instance=instance, resources=project["resources"])
+    assert index.success and snapshot_path(project["warehouse"]).exists()
+
+    again = dg.materialize(PARTITIONED, instance=instance, resources=project["resources"], partition_key=keys[1])
+    assert again.success
+    assert _counts(project["warehouse"]) == first
+    raw_again = again.asset_materializations_for_node("raw_messages")[0]
+    assert raw_again.metadata["decisions"].value == {"unchanged": 1}
+    embed_again = again.asset_materializations_for_node("chunk_embeddings")[0]
+    assert embed_again.metadata["embedded"].value == 0
+
+
+def test_source_files_are_byte_identical_after_a_run(project: dict) -> None:
+    def digests() -> dict[str, str]:
+        return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in project["sources"].rglob("*") if p.is_file()}
+
+    before = digests()
+    instance = dg.DagsterInstance.ephemeral()
+    key = "generic/planning/2026-03-02"
+    instance.add_dynamic_partitions(session_partitions.name, [key])
+    assert dg.materialize(PARTITIONED, instance=instance, resources=project["resources"], partition_key=key).success
+    assert digests() == before
+
+
+def _tick(instance: dg.DagsterInstance, resources: dict, cursor: str | None) -> dg.SensorResult:
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources, definitions=defs)
+    return session_files_sensor(context)
+
+
+def test_sensor_batches_new_files_into_one_backfill_then_sees_changes_and_deletions(project: dict) -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    first = _tick(instance, project["resources"], None)
+    added = first.dynamic_partitions_requests[0]
+    assert sorted(added.partition_keys) == [
+        "claude/-home-dev-webshop/3f6c2b9e-71d4-4a8e-b5c0-9e2d7a41f863",
+        "generic/planning/2026-03-02",
+    ]
+    assert len(first.run_requests) == 1  # one backfill for all new sessions, not a run per session
+    subset = first.run_requests[0].asset_graph_subset
+    assert subset is not None
+    assert set(subset.get_partitions_subset(dg.AssetKey("raw_messages")).get_partition_keys()) == set(
+        added.partition_keys
+    )
+    assert dg.AssetKey("search_index") in subset.non_partitioned_asset_keys
+
+    quiet = _tick(instance, project["resources"], first.cursor)
+    assert quiet.run_requests == [] and quiet.dynamic_partitions_requests == []
+
+    generic = project["sources"] / "generic" / "planning" / "2026-03-02.jsonl"
+    with open(generic, "a", encoding="utf-8") as handle:
+        handle.write('{"role": "user", "content": "one more thing", "timestamp": "2026-03-02T14:20:00Z"}\n')
+    grown = _tick(instance, project["resources"], quiet.cursor)
+    assert grown.dynamic_partitions_requests == []
+    grown_subset = grown.run_requests[0].asset_graph_subset
+    assert list(grown_subset.get_partitions_subset(dg.AssetKey("chunks")).get_partition_keys()) == [
+        "generic/planning/2026-03-02"
+    ]
+
+    generic.unlink()
+    gone = _tick(instance, project["resources"], grown.cursor)
+    assert gone.dynamic_partitions_requests[0].partition_keys == ["generic/planning/2026-03-02"]
+    assert [r.asset_selection for r in gone.run_requests] == [[dg.AssetKey("search_index")]]
