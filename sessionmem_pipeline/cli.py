@@ -117,6 +117,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     if len(report.warnings) > 20:
         print(f"... and {len(report.warnings) - 20} more warnings (sessionmem status)", file=sys.stderr)
+    for line in report.format_lines():
+        print(line)
     print(report.summary_line())
     return 0
 

@@ -55,6 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "summaries.idle_minutes": 30,
     "summaries.message_threshold": 20,
     "chunking.max_tokens": 500,
+    "chunking.max_chunks": 2000,
     "validation.max_bad_line_share": 0.5,
     "search.rrf_k": 60,
     "search.vector_weight": 1.0,

@@ -117,6 +117,8 @@ MIGRATIONS: dict[int, list[str]] = {
         """CREATE TABLE memories (
             memory_id VARCHAR, content VARCHAR, timestamp TIMESTAMPTZ, session_id VARCHAR, importance DOUBLE,
             source VARCHAR, embedding FLOAT[])""",
+        "CREATE TABLE topic_cache (model VARCHAR, content_hash VARCHAR, topics VARCHAR[], created_at TIMESTAMPTZ)",
+        "CREATE TABLE dropped_messages (session_id VARCHAR, message_id VARCHAR, reason VARCHAR)",
         "ALTER TABLE sessions ADD COLUMN summary_version INTEGER",
         "ALTER TABLE sessions ADD COLUMN summary_overview VARCHAR",
         "ALTER TABLE sessions ADD COLUMN topics VARCHAR[]",
@@ -228,6 +230,7 @@ SESSION_TABLES = (
     "messages",
     "collapsed_messages",
     "chunks",
+    "dropped_messages",
     "chunk_embeddings",
     "embedding_failures",
     "session_summaries",
@@ -395,6 +398,13 @@ class _Queries:
             """,
             [list(session_ids)],
         ).fetchone()[0]
+
+    def cached_topics(self, model: str, content_hashes: Sequence[str]) -> dict[str, list[str]]:
+        rows = self.conn.execute(
+            "SELECT content_hash, topics FROM topic_cache WHERE model = ? AND content_hash IN (SELECT unnest(?))",
+            [model, list(content_hashes)],
+        ).fetchall()
+        return {digest: list(topics) for digest, topics in rows}
 
     def cached_embeddings(self, model: str, text_hashes: Sequence[str]) -> dict[str, list[float]]:
         rows = self.conn.execute(

@@ -14,6 +14,7 @@ import dagster as dg
 
 from sessionmem_pipeline.defs.partitions import WAREHOUSE_POOL, session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
+from sessionmem_pipeline.providers import chat_model_from_settings
 from sessionmem_pipeline.stages.discover import discover
 from sessionmem_pipeline.stages.embed import chunk_limits, embed_sessions
 from sessionmem_pipeline.stages.ingest import ingest_file, remove_file
@@ -119,7 +120,15 @@ def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) ->
     max_tokens, window = chunk_limits(sessionmem.embedder(), settings["chunking.max_tokens"])
     with _warehouse(sessionmem, context) as wh:
         session_ids = _sessions(wh, context)
-        outcome = chunk_sessions(wh, session_ids, max_tokens=max_tokens, timezone=settings.timezone, window=window)
+        outcome = chunk_sessions(
+            wh,
+            session_ids,
+            max_tokens=max_tokens,
+            timezone=settings.timezone,
+            window=window,
+            max_chunks=settings["chunking.max_chunks"],
+            llm=chat_model_from_settings(settings),
+        )
         preview = wh.query(
             "SELECT chunk_index, topics, left(content, 200) AS content FROM chunks "
             "WHERE session_id IN (SELECT unnest(?)) ORDER BY session_id, chunk_index LIMIT 3",
@@ -133,6 +142,7 @@ def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) ->
             "tokens": outcome.tokens,
             "max_tokens": max_tokens,
             "dropped_messages": outcome.dropped_messages,
+            "llm_topic_calls": outcome.llm_calls,
             "preview": dg.MetadataValue.md(
                 "\n\n".join(f"**{r['chunk_index']}** {', '.join(r['topics'] or [])}\n\n> {r['content']}" for r in preview)
                 or "no chunks"

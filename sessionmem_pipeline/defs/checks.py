@@ -26,6 +26,27 @@ def chunks_within_token_limit(sessionmem: SessionmemResource) -> dg.AssetCheckRe
     return dg.AssetCheckResult(passed=over == 0, metadata={"chunks_over_limit": over, "limit": limit})
 
 
+@dg.asset_check(asset=chunks, pool=WAREHOUSE_POOL)
+def no_empty_chunks(sessionmem: SessionmemResource) -> dg.AssetCheckResult:
+    """Every chunk has content (an empty one would match nothing and waste a vector)."""
+    empty = _scalar(sessionmem, "SELECT count(*) FROM chunks WHERE trim(content) = '' OR token_count = 0")
+    return dg.AssetCheckResult(passed=empty == 0, metadata={"empty_chunks": empty})
+
+
+@dg.asset_check(asset=chunks, pool=WAREHOUSE_POOL)
+def every_message_is_chunked_or_dropped_with_a_reason(sessionmem: SessionmemResource) -> dg.AssetCheckResult:
+    """No message silently disappears between the transcript and search."""
+    lost = _scalar(
+        sessionmem,
+        """
+        SELECT count(*) FROM collapsed_messages m
+        WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.session_id = m.session_id AND list_contains(c.message_ids, m.message_id))
+          AND NOT EXISTS (SELECT 1 FROM dropped_messages d WHERE d.session_id = m.session_id AND d.message_id = m.message_id)
+        """,
+    )
+    return dg.AssetCheckResult(passed=lost == 0, metadata={"messages_lost": lost})
+
+
 @dg.asset_check(asset=chunk_embeddings, pool=WAREHOUSE_POOL)
 def every_chunk_has_an_embedding(sessionmem: SessionmemResource) -> dg.AssetCheckResult:
     """Chunks without a vector are invisible to semantic search (a failed provider call leaves some; the next
@@ -49,4 +70,10 @@ def search_index_covers_all_chunks(sessionmem: SessionmemResource) -> dg.AssetCh
     return dg.AssetCheckResult(passed=missing == 0, metadata={"chunks_not_indexed": missing})
 
 
-PIPELINE_CHECKS = [chunks_within_token_limit, every_chunk_has_an_embedding, search_index_covers_all_chunks]
+PIPELINE_CHECKS = [
+    chunks_within_token_limit,
+    no_empty_chunks,
+    every_message_is_chunked_or_dropped_with_a_reason,
+    every_chunk_has_an_embedding,
+    search_index_covers_all_chunks,
+]

@@ -26,6 +26,7 @@ class IngestOutcome:
     path: str
     partition_key: str
     decision: str
+    format: str | None = None
     session_ids: list[str] = field(default_factory=list)
     changed_session_ids: list[str] = field(default_factory=list)
     messages_written: int = 0
@@ -56,6 +57,7 @@ def ingest_file(
         return outcome
     if decision == changes.UNCHANGED:
         outcome.session_ids = list(row["session_ids"] or []) if row else []
+        outcome.format = row["format"] if row else None
         return outcome
 
     with open(source.path, "rb") as handle:
@@ -66,6 +68,7 @@ def ingest_file(
         return outcome
     report, parsed = inspect_file(source.path, source.root, data, max_bad_share=max_bad_share)
     outcome.warnings = list(report.warnings)
+    outcome.format = report.format
     if parsed is None:
         _quarantine(wh, source, report.quarantine_reason or "invalid", report.errors, sha256, len(data))
         outcome.quarantine_reason = report.quarantine_reason

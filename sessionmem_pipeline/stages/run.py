@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core import changes
-from sessionmem_pipeline.providers import Embedder, embedder_from_settings
+from sessionmem_pipeline.providers import Embedder, chat_model_from_settings, embedder_from_settings
 from sessionmem_pipeline.stages.discover import SourceFile, discover
 from sessionmem_pipeline.stages.embed import chunk_limits, embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file
@@ -31,6 +31,7 @@ class IndexReport:
     run_id: str
     files_seen: int = 0
     decisions: dict[str, int] = field(default_factory=dict)
+    formats: dict[str, dict[str, int]] = field(default_factory=dict)  # format -> files, sessions, new messages
     quarantined: list[dict[str, str]] = field(default_factory=list)
     sessions_changed: int = 0
     messages_written: int = 0
@@ -47,6 +48,13 @@ class IndexReport:
     @property
     def changed(self) -> bool:
         return bool(self.sessions_changed or self.orphans_removed or self.quarantined or self.embedded)
+
+    def format_lines(self) -> list[str]:
+        """Per transcript format: files, sessions, and messages written in this run."""
+        return [
+            f"  {name}: {n['files']} files, {n['sessions']} sessions, {n['messages']} new messages"
+            for name, n in sorted(self.formats.items())
+        ]
 
     def summary_line(self) -> str:
         decided = ", ".join(f"{n} {d}" for d, n in sorted(self.decisions.items())) or "none"
@@ -97,7 +105,13 @@ def index_sources(
             max_tokens, window = chunk_limits(embedder, settings["chunking.max_tokens"])
             collapse_sessions(wh, changed)
             chunked = chunk_sessions(
-                wh, changed, max_tokens=max_tokens, timezone=settings.timezone, window=window
+                wh,
+                changed,
+                max_tokens=max_tokens,
+                timezone=settings.timezone,
+                window=window,
+                max_chunks=settings["chunking.max_chunks"],
+                llm=chat_model_from_settings(settings),
             )
             report.chunks, report.tokens = chunked.chunks, chunked.tokens
             report.warnings += chunked.warnings
@@ -134,6 +148,11 @@ def _record(report: IndexReport, outcome: IngestOutcome) -> None:
     decision = "quarantined" if outcome.quarantine_reason else outcome.decision
     report.decisions[decision] = report.decisions.get(decision, 0) + 1
     report.messages_written += outcome.messages_written
+    if outcome.format and not outcome.quarantine_reason:
+        found = report.formats.setdefault(outcome.format, {"files": 0, "sessions": 0, "messages": 0})
+        found["files"] += 1
+        found["sessions"] += len(outcome.session_ids)
+        found["messages"] += outcome.messages_written
     report.warnings += outcome.warnings
     if outcome.quarantine_reason:
         report.quarantined.append({"path": outcome.path, "reason": outcome.quarantine_reason})

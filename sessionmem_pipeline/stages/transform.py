@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
-from sessionmem_pipeline.core.chunk import EmbedderWindow, chunk_session
+from sessionmem_pipeline.core.chunk import DEFAULT_MAX_CHUNKS, EmbedderWindow, chunk_session
 from sessionmem_pipeline.core.collapse import collapse_messages
 from sessionmem_pipeline.core.context import SessionContext, context_line, contextual_prefix, first_request
+from sessionmem_pipeline.core.llm_protocol import ChatModel, LLMError
 from sessionmem_pipeline.core.models import content_hash
-from sessionmem_pipeline.core.topics import keyword_topics_for_chunks, session_topics
+from sessionmem_pipeline.core.topics import keyword_topics_for_chunks, llm_topics, session_topics
 from sessionmem_pipeline.warehouse import Warehouse, collapsed_row
 
 
@@ -26,6 +28,7 @@ class TransformOutcome:
     chunks: int = 0
     tokens: int = 0
     dropped_messages: int = 0
+    llm_calls: int = 0
     warnings: list[str] = field(default_factory=list)
 
 
@@ -42,6 +45,31 @@ def collapse_sessions(wh: Warehouse, session_ids: Sequence[str]) -> TransformOut
     return outcome
 
 
+def chunk_topics(
+    wh: Warehouse, texts: Sequence[str], speakers: set[str], llm: ChatModel | None
+) -> tuple[list[list[str]], int]:
+    """Tags per chunk: from the chat model when one is configured (cached by content hash, so re-indexing never
+    asks twice; a failed answer falls back to keywords), else keywords. Also how many model calls were made."""
+    keywords = keyword_topics_for_chunks(texts, exclude=speakers)
+    if llm is None:
+        return keywords, 0
+    hashes = [content_hash(t) for t in texts]
+    cached = wh.cached_topics(llm.model, hashes)
+    tags, fresh, calls = [], [], 0
+    for text, digest, fallback in zip(texts, hashes, keywords, strict=True):
+        if digest not in cached:
+            calls += 1
+            try:
+                cached[digest] = llm_topics(text, llm)
+                fresh.append({"model": llm.model, "content_hash": digest, "topics": cached[digest]})
+            except LLMError:
+                cached[digest] = fallback
+        tags.append(cached[digest])
+    with wh.transaction():
+        wh.insert("topic_cache", [{**row, "created_at": datetime.now(UTC)} for row in fresh])
+    return tags, calls
+
+
 def chunk_sessions(
     wh: Warehouse,
     session_ids: Sequence[str],
@@ -49,6 +77,8 @@ def chunk_sessions(
     max_tokens: int,
     timezone: str,
     window: EmbedderWindow | None = None,
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
+    llm: ChatModel | None = None,
 ) -> TransformOutcome:
     """Chunk each session, tag topics, set flags and build the contextual prefix; one transaction per session."""
     outcome = TransformOutcome()
@@ -57,13 +87,14 @@ def chunk_sessions(
         if session is None:
             continue
         collapsed = wh.load_collapsed(session_id)
-        result = chunk_session(collapsed, max_tokens=max_tokens, window=window)
+        result = chunk_session(collapsed, max_tokens=max_tokens, window=window, max_chunks=max_chunks)
         speakers = {m.speaker for m in collapsed}
-        topics = keyword_topics_for_chunks([c.content for c in result.chunks], exclude=speakers)
+        topics, calls = chunk_topics(wh, [c.content for c in result.chunks], speakers, llm)
+        outcome.llm_calls += calls
         context = SessionContext(session["project"] or "", session["started_at"], first_request(collapsed), timezone)
         rows = []
-        for chunk, chunk_topics in zip(result.chunks, topics, strict=True):
-            prefix = contextual_prefix(context, chunk.speakers, chunk_topics, chunk.ts_start)
+        for chunk, tags in zip(result.chunks, topics, strict=True):
+            prefix = contextual_prefix(context, chunk.speakers, tags, chunk.ts_start)
             context_content = f"{prefix}\n\n{chunk.content}"
             rows.append(
                 {
@@ -76,7 +107,7 @@ def chunk_sessions(
                     "ts_end": chunk.ts_end,
                     "speakers": list(chunk.speakers),
                     "roles": list(chunk.roles),
-                    "topics": chunk_topics,
+                    "topics": tags,
                     "has_decision": chunk.has_decision,
                     "has_action": chunk.has_action,
                     "continued": chunk.continued,
@@ -90,6 +121,12 @@ def chunk_sessions(
             )
         with wh.transaction():
             wh.replace("chunks", "session_id", [session_id], rows)
+            wh.replace(
+                "dropped_messages",
+                "session_id",
+                [session_id],
+                [{"session_id": session_id, "message_id": m, "reason": r} for m, r in result.dropped.items()],
+            )
             wh.conn.execute(
                 "UPDATE sessions SET topics = ? WHERE session_id = ?", [session_topics(topics), session_id]
             )
