@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -123,6 +124,21 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reembed(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.stages.run import reembed
+
+    report = reembed(_settings(args), progress=_progress_bar(not args.json))
+    if args.json:
+        _print_json({"embedded": report.embedded, "cached": report.embeddings_cached,
+                     "failed": report.embedding_failures, "seconds": report.seconds})
+    else:
+        print(
+            f"re-embedded {report.embedded + report.embeddings_cached} chunks ({report.embedded} computed, "
+            f"{report.embeddings_cached} from the cache, {report.embedding_failures} failed) in {report.seconds:.1f}s"
+        )
+    return 0
+
+
 def _parse_date(value: str, settings: Settings) -> datetime:
     from sessionmem_pipeline.client import parse_moment
 
@@ -155,9 +171,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("last run: never")
     for item in status["quarantine"]:
         print(f"quarantined: {item['path']}: {item['reason']}")
+    if status["seconds_per_session"] is not None:
+        print(f"average index time per session: {status['seconds_per_session']:.3f}s")
+    print(
+        f"failed chunks {counts['embedding_failures']}, quarantined files {len(status['quarantine'])}, "
+        f"storage {status['storage_mb']['warehouse']} MB (+ snapshot {status['storage_mb']['snapshot']} MB)"
+    )
     searches = status["searches"]
     if searches["count"]:
-        print(f"searches: {searches['count']}, p50 {searches['p50_ms']} ms, p95 {searches['p95_ms']} ms")
+        print(
+            f"searches: {searches['count']} ({searches['last_24h']} in 24 h), mean {searches['mean_ms']} ms, "
+            f"p50 {searches['p50_ms']} ms, p95 {searches['p95_ms']} ms"
+        )
     return 0
 
 
@@ -186,7 +211,16 @@ def _filter_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _print_results(results: Sequence[Any], as_json: bool) -> None:
+def highlight(text: str, query: str, enabled: bool) -> str:
+    """The query's words in bold (ANSI), for a person at a terminal."""
+    words = sorted({w for w in re.findall(r"\w{3,}", query.lower())}, key=len, reverse=True)
+    if not enabled or not words:
+        return text
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\w*", re.IGNORECASE)
+    return pattern.sub(lambda m: f"\033[1m{m.group(0)}\033[0m", text)
+
+
+def _print_results(results: Sequence[Any], as_json: bool, query: str = "") -> None:
     if as_json:
         _print_json({"results": [r.to_dict() for r in results]})
         return
@@ -199,8 +233,9 @@ def _print_results(results: Sequence[Any], as_json: bool) -> None:
         if result.topics:
             print(f"   topics: {', '.join(result.topics)}")
         print(f"   {result.context}")
+        bold = sys.stdout.isatty()
         for line in result.content.splitlines()[:8]:
-            print(f"   | {line}")
+            print(f"   | {highlight(line, query, bold)}")
         print()
 
 
@@ -208,7 +243,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.client import SessionMemory
 
     memory = SessionMemory(settings=_settings(args))
-    _print_results(memory.search(args.query, limit=args.limit, **_filter_kwargs(args)), args.json)
+    _print_results(memory.search(args.query, limit=args.limit, **_filter_kwargs(args)), args.json, args.query)
     return 0
 
 
@@ -269,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--session", help="only the file holding this session id")
     index.add_argument("--full", action="store_true", help="re-index everything, unchanged files too")
     index.add_argument("--since", help="only files written on or after this date (a first import of a long history)")
+    command("reembed", cmd_reembed, "re-embed every chunk with the configured embedding model")
     command("status", cmd_status, "sessions, messages, chunks, quarantined files, last run, search metrics")
     command("health", cmd_health, "OK / DEGRADED / ERROR with reasons (exit 1 on ERROR)")
     search = command("search", cmd_search, "search conversation chunks")

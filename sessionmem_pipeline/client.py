@@ -22,6 +22,13 @@ from sessionmem_pipeline.core.context import zone
 from sessionmem_pipeline.warehouse import open_reader, search_log_path, snapshot_path
 
 CANDIDATES = 50  # per retriever, before fusion
+EXACT_SCAN_MAX = 20_000  # filtered vector queries scan this many matching chunks exactly (about 5 ms at 384 d)
+OVERFETCH = 20  # above it, the index's top limit x OVERFETCH are filtered instead
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """A query vector as a SQL string to cast to FLOAT[N]: binding a Python list costs ~30 ms, this ~1 ms."""
+    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,20 @@ def parse_moment(value: str | date | datetime, timezone: str) -> datetime:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=zone(timezone))
     return moment.astimezone(UTC)
+
+
+def deduplicate(results: Sequence[SearchResult]) -> list[SearchResult]:
+    """Best first, dropping a result that overlaps one already kept (the parts of one long exchange share their
+    opening message), so one exchange counts once."""
+    kept: list[SearchResult] = []
+    seen: dict[str, set[str]] = {}
+    for result in results:
+        ids = set(result.message_ids)
+        if ids & seen.get(result.session_id, set()):
+            continue
+        seen.setdefault(result.session_id, set()).update(ids)
+        kept.append(result)
+    return kept
 
 
 def reciprocal_rank_fusion(rankings: Sequence[tuple[Sequence[str], float]], k: int = 60) -> dict[str, float]:
@@ -212,15 +233,45 @@ class SessionMemory:
         return [r[0] for r in rows]
 
     def vector_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> list[str]:
+        """Chunk ids by cosine distance to the query.
+
+        Plans around the HNSW index's trap: a WHERE filter is applied after its top-k, so a filtered query
+        through the index returns too few rows. Unfiltered queries use the index; filtered ones over-fetch from
+        the index when most chunks match, and otherwise (or when the over-fetch is short) scan the matching
+        chunks exactly (`+ 0` keeps the optimizer from using the index there).
+        """
         if not self._meta("embedding_model"):
             return []
         embedder = self.embedder()
-        vector = [float(x) for x in embedder.embed([query])[0]]
+        vector = vector_literal(embedder.embed([query])[0])
+        cast = f"?::FLOAT[{embedder.dimensions}]"
+        conn = self.connection()
         where, params = filters.chunk_sql()
-        rows = self.connection().execute(
+        if where == "TRUE":
+            rows = conn.execute(
+                f"SELECT chunk_id FROM chunk_embeddings ORDER BY array_cosine_distance(embedding, {cast}) LIMIT ?",
+                [vector, limit],
+            ).fetchall()
+            return [r[0] for r in rows]
+        matching = conn.execute(f"SELECT count(*) FROM chunks c WHERE {where}", params).fetchone()[0]
+        total = conn.execute("SELECT count(*) FROM chunk_embeddings").fetchone()[0]
+        if matching > EXACT_SCAN_MAX and matching * 2 > total:
+            fetched = conn.execute(
+                f"""
+                SELECT chunk_id FROM (
+                    SELECT chunk_id, array_cosine_distance(embedding, {cast}) AS distance
+                    FROM chunk_embeddings ORDER BY distance LIMIT ?
+                ) hits JOIN chunks c USING (chunk_id) WHERE {where} ORDER BY distance, chunk_id LIMIT ?
+                """,
+                [vector, limit * OVERFETCH, *params, limit],
+            ).fetchall()
+            if len(fetched) >= min(limit, matching):
+                return [r[0] for r in fetched]
+        rows = conn.execute(
             f"""
-            SELECT c.chunk_id FROM chunk_embeddings e JOIN chunks c USING (chunk_id) WHERE {where}
-            ORDER BY array_cosine_distance(e.embedding, ?::FLOAT[{embedder.dimensions}]), c.chunk_id LIMIT ?
+            SELECT e.chunk_id FROM chunk_embeddings e
+            WHERE e.chunk_id IN (SELECT c.chunk_id FROM chunks c WHERE {where})
+            ORDER BY array_cosine_distance(e.embedding, {cast}) + 0, e.chunk_id LIMIT ?
             """,
             [*params, vector, limit],
         ).fetchall()
@@ -262,8 +313,7 @@ class SessionMemory:
             ],
             k=s["search.rrf_k"],
         )
-        ranked = sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:limit]
-        results = self.chunks_by_id(dict(ranked))
+        results = deduplicate(self.chunks_by_id(fused))[:limit]
         self._log("search", started, len(results))
         return results
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from datetime import UTC, datetime, timedelta
 from statistics import quantiles
 from typing import Any
 
 import duckdb
 
 from sessionmem_pipeline.config import Settings
+from sessionmem_pipeline.providers import embedder_from_settings
+from sessionmem_pipeline.stages.discover import discover
 from sessionmem_pipeline.warehouse import SCHEMA_VERSION, WarehouseError, open_reader, search_log_path, snapshot_path
 
 
@@ -27,24 +30,36 @@ def _count(conn: duckdb.DuckDBPyConnection, table: str) -> int:
         return 0
 
 
-def search_metrics(warehouse: Path) -> dict[str, Any]:
-    """Count and latency percentiles of the searches logged beside the warehouse."""
+def search_metrics(warehouse: Path, now: datetime | None = None) -> dict[str, Any]:
+    """Count, searches in the last 24 h, and latency mean and percentiles of the logged searches."""
     latencies = []
+    recent = 0
+    since = (now or datetime.now(UTC)) - timedelta(hours=24)
     try:
         with open(search_log_path(warehouse), encoding="utf-8") as log:
             for line in log:
                 try:
-                    latencies.append(float(json.loads(line)["latency_ms"]))
+                    entry = json.loads(line)
+                    latencies.append(float(entry["latency_ms"]))
+                    recent += datetime.fromisoformat(entry["time"]) >= since
                 except (ValueError, KeyError, TypeError):
                     continue
     except FileNotFoundError:
         pass
     if not latencies:
-        return {"count": 0, "p50_ms": None, "p95_ms": None}
-    if len(latencies) == 1:
-        return {"count": 1, "p50_ms": latencies[0], "p95_ms": latencies[0]}
-    cuts = quantiles(latencies, n=20)
-    return {"count": len(latencies), "p50_ms": round(cuts[9], 1), "p95_ms": round(cuts[18], 1)}
+        return {"count": 0, "last_24h": 0, "mean_ms": None, "p50_ms": None, "p95_ms": None}
+    cuts = quantiles(latencies, n=20) if len(latencies) > 1 else [latencies[0]] * 19
+    return {
+        "count": len(latencies),
+        "last_24h": recent,
+        "mean_ms": round(sum(latencies) / len(latencies), 1),
+        "p50_ms": round(cuts[9], 1),
+        "p95_ms": round(cuts[18], 1),
+    }
+
+
+def _megabytes(*paths: Path) -> float:
+    return round(sum(p.stat().st_size for p in paths if p.exists()) / 1e6, 2)
 
 
 def read_status(settings: Settings) -> dict[str, Any]:
@@ -63,6 +78,9 @@ def read_status(settings: Settings) -> dict[str, Any]:
             "parse_warnings": _count(conn, "parse_warnings"),
         }
         runs = _rows(conn, "SELECT * FROM runs ORDER BY finished_at DESC LIMIT 1")
+        per_session = conn.execute(
+            "SELECT sum(seconds) / nullif(sum(sessions), 0) FROM runs WHERE sessions > 0"
+        ).fetchone()[0]
         quarantine = _rows(conn, "SELECT path, reason, details, sha256, quarantined_at FROM quarantine ORDER BY path")
         model = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
     finally:
@@ -76,6 +94,11 @@ def read_status(settings: Settings) -> dict[str, Any]:
         "counts": counts,
         "embedding_model": model[0] if model else None,
         "last_run": last_run,
+        "seconds_per_session": round(per_session, 3) if per_session is not None else None,
+        "storage_mb": {
+            "warehouse": _megabytes(warehouse),
+            "snapshot": _megabytes(snapshot_path(warehouse)),
+        },
         "quarantine": quarantine,
         "searches": search_metrics(warehouse),
     }
@@ -100,6 +123,9 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
         fts = conn.execute(
             "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'fts_main_chunks'"
         ).fetchone()[0]
+        model_row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+        conn_model = model_row[0] if model_row else None
+        last_indexed = conn.execute("SELECT max(last_indexed_at) FROM source_files").fetchone()[0]
     finally:
         conn.close()
     if chunks and not fts:
@@ -108,6 +134,13 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
         problems.append(f"{chunks - embedded} of {chunks} chunks have no embedding ({failures} failed)")
     if quarantined:
         problems.append(f"{quarantined} quarantined files (sessionmem status)")
+    stored_model = conn_model
+    configured = embedder_from_settings(settings).model_id
+    if stored_model and stored_model != configured:
+        errors.append(f"indexed with {stored_model} but configured for {configured}: run `sessionmem reembed`")
+    changed = files_changed_since(settings, last_indexed)
+    if changed:
+        problems.append(f"{changed} session files changed since the last index run (stale index)")
     missing = [str(s) for s in settings.sources if not s.is_dir()]
     if missing:
         problems.append(f"source roots not found: {', '.join(missing)}")
@@ -116,6 +149,14 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
     if errors:
         return "ERROR", errors + problems
     return ("DEGRADED" if problems else "OK"), problems
+
+
+def files_changed_since(settings: Settings, moment: datetime | None) -> int:
+    """Session files under the configured roots written after `moment` (from file stats only)."""
+    if moment is None:
+        return 0
+    cutoff = moment.timestamp() * 1e9
+    return sum(1 for f in discover(settings.sources) if f.stat.mtime_ns > cutoff)
 
 
 def list_sessions(settings: Settings, *, project: str | None = None) -> list[dict[str, Any]]:

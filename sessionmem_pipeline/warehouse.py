@@ -487,11 +487,11 @@ class Warehouse(_Queries):
 
     # -- embeddings --
 
-    def ensure_embedding_table(self, model: str, dimensions: int) -> bool:
+    def ensure_embedding_table(self, model: str, dimensions: int, *, reset: bool = False) -> bool:
         """Make `chunk_embeddings` hold `dimensions`-wide vectors of `model`; True when it was (re)created,
         which means every chunk must be embedded again (the cache still saves the vectors it has)."""
         current = (self.get_meta("embedding_model"), self.get_meta("embedding_dimensions"))
-        if current == (model, str(dimensions)) and self._table_exists("chunk_embeddings"):
+        if not reset and current == (model, str(dimensions)) and self._table_exists("chunk_embeddings"):
             return False
         with self.transaction():
             self.conn.execute("DROP TABLE IF EXISTS chunk_embeddings")

@@ -49,14 +49,19 @@ def every_message_is_chunked_or_dropped_with_a_reason(sessionmem: SessionmemReso
 
 @dg.asset_check(asset=chunk_embeddings, pool=WAREHOUSE_POOL)
 def every_chunk_has_an_embedding(sessionmem: SessionmemResource) -> dg.AssetCheckResult:
-    """Chunks without a vector are invisible to semantic search (a failed provider call leaves some; the next
-    run retries them)."""
+    """Every chunk has a vector of the configured model and dimension (a failed provider call leaves some
+    without one; the next run retries them)."""
+    embedder = sessionmem.embedder()
     missing = _scalar(
         sessionmem,
         "SELECT count(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM chunk_embeddings e WHERE e.chunk_id = c.chunk_id)",
     )
+    stored = _scalar(sessionmem, "SELECT string_agg(value, '/' ORDER BY key) FROM meta WHERE key LIKE 'embedding_%'")
+    expected = f"{embedder.dimensions}/{embedder.model_id}"
     return dg.AssetCheckResult(
-        passed=missing == 0, severity=dg.AssetCheckSeverity.WARN, metadata={"chunks_without_embedding": missing}
+        passed=missing == 0 and stored == expected,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"chunks_without_embedding": missing, "stored": stored or "", "configured": expected},
     )
 
 

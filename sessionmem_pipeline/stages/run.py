@@ -181,3 +181,34 @@ def _record_run(wh: Warehouse, report: IndexReport, started_at: datetime, trigge
                 }
             ],
         )
+
+
+def reembed(settings: Settings, *, embedder: Embedder | None = None, progress: Progress | None = None) -> IndexReport:
+    """Every chunk embedded again with the configured model (vectors it already cached are reused), then the
+    index refreshed and the snapshot published."""
+    started = time.perf_counter()
+    report = IndexReport(run_id=f"reembed-{uuid.uuid4().hex[:12]}")
+    embedder = embedder or embedder_from_settings(settings)
+    tick = progress or (lambda stage, done, total: None)
+    with writer_lock(settings.warehouse, holder="sessionmem reembed"):
+        with Warehouse(settings.warehouse) as wh:
+            started_at = datetime.now(UTC)
+            wh.ensure_embedding_table(embedder.model_id, embedder.dimensions, reset=True)
+            sessions = [r[0] for r in wh.conn.execute("SELECT session_id FROM sessions").fetchall()]
+            total = wh.scalar("SELECT count(*) FROM chunks")
+            done = 0
+
+            def embedded(count: int) -> None:
+                nonlocal done
+                done += count
+                tick("embed", done, total)
+
+            outcome = embed_sessions(wh, sessions, embedder, progress=embedded)
+            report.embedded, report.embeddings_cached = outcome.embedded, outcome.cached
+            report.embedding_failures = outcome.failed
+            refresh_search_index(wh)
+            report.seconds = time.perf_counter() - started
+            _record_run(wh, report, started_at, "reembed")
+            wh.checkpoint()
+        report.snapshot = str(publish_snapshot(settings.warehouse))
+    return report
