@@ -28,11 +28,15 @@ import duckdb
 import pyarrow as pa
 
 from sessionmem_pipeline.core.changes import IndexedState
-from sessionmem_pipeline.core.models import CollapsedMessage, Message, ToolCall, ToolRecord
+from sessionmem_pipeline.core.models import Chunk, CollapsedMessage, Message, ToolCall, ToolRecord
 
 DATABASE = "wh"
 SCHEMA_VERSION = 2
-FTS_TABLES = {"chunks": ("chunk_id", "content"), "session_summaries": ("summary_id", "search_text")}
+FTS_TABLES = {
+    "chunks": ("chunk_id", "content"),
+    "session_summaries": ("summary_id", "search_text"),
+    "memories": ("memory_id", "content"),
+}
 
 
 class WarehouseError(RuntimeError):
@@ -310,12 +314,59 @@ def _collapsed_from_row(row: Mapping[str, Any]) -> CollapsedMessage:
 
 
 class _Queries:
-    """Named reads and writes of the canonical tables, mixed into Warehouse."""
+    """Named reads of the canonical tables, shared by the writer (Warehouse) and readers (Snapshot)."""
 
     conn: duckdb.DuckDBPyConnection
 
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        cursor = self.conn.execute(sql, params or [])
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        row = self.conn.execute(sql, params or []).fetchone()
+        return row[0] if row else None
+
+    def _table_exists(self, name: str) -> bool:
+        return bool(
+            self.scalar(
+                "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = ?",
+                [DATABASE, name],
+            )
+        )
+
+    def load_chunks(self, session_id: str) -> list[Chunk]:
+        rows = self.query("SELECT * FROM chunks WHERE session_id = ? ORDER BY chunk_index", [session_id])
+        return [
+            Chunk(
+                session_id=r["session_id"],
+                chunk_index=r["chunk_index"],
+                message_ids=tuple(r["message_ids"] or ()),
+                ts_start=r["ts_start"],
+                ts_end=r["ts_end"],
+                speakers=tuple(r["speakers"] or ()),
+                roles=tuple(r["roles"] or ()),
+                content=r["content"],
+                token_count=r["token_count"],
+                has_decision=r["has_decision"],
+                has_action=r["has_action"],
+                continued=r["continued"],
+            )
+            for r in rows
+        ]
+
+    def chunk_vectors(self, session_id: str) -> dict[int, list[float]]:
+        if not self._table_exists("chunk_embeddings"):
+            return {}
+        rows = self.conn.execute(
+            """SELECT c.chunk_index, e.embedding FROM chunks c JOIN chunk_embeddings e USING (chunk_id)
+               WHERE c.session_id = ?""",
+            [session_id],
+        ).fetchall()
+        return {index: list(vector) for index, vector in rows}
+
     def source_state(self, path: str) -> tuple[IndexedState | None, dict[str, Any] | None]:
-        rows = self.query("SELECT * FROM source_files WHERE path = ?", [path])  # type: ignore[attr-defined]
+        rows = self.query("SELECT * FROM source_files WHERE path = ?", [path])
         if not rows or rows[0]["status"] != "indexed":
             return None, rows[0] if rows else None
         row = rows[0]
@@ -323,13 +374,13 @@ class _Queries:
         return state, row
 
     def quarantined_sha256(self, path: str) -> str | None:
-        return self.scalar("SELECT sha256 FROM quarantine WHERE path = ?", [path])  # type: ignore[attr-defined]
+        return self.scalar("SELECT sha256 FROM quarantine WHERE path = ?", [path])
 
     def indexed_paths(self) -> list[dict[str, Any]]:
-        return self.query("SELECT path, partition_key, session_ids FROM source_files")  # type: ignore[attr-defined]
+        return self.query("SELECT path, partition_key, session_ids FROM source_files")
 
     def sessions_of_partition(self, partition_key: str) -> list[str]:
-        value = self.scalar(  # type: ignore[attr-defined]
+        value = self.scalar(
             "SELECT session_ids FROM source_files WHERE partition_key = ? AND status = 'indexed'", [partition_key]
         )
         return list(value or [])
@@ -341,23 +392,23 @@ class _Queries:
         return [r[0] for r in rows]
 
     def session_row(self, session_id: str) -> dict[str, Any] | None:
-        rows = self.query("SELECT * FROM sessions WHERE session_id = ?", [session_id])  # type: ignore[attr-defined]
+        rows = self.query("SELECT * FROM sessions WHERE session_id = ?", [session_id])
         return rows[0] if rows else None
 
     def load_messages(self, session_id: str) -> list[Message]:
         session = self.session_row(session_id) or {}
-        rows = self.query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq", [session_id])  # type: ignore[attr-defined]
+        rows = self.query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq", [session_id])
         return [_message_from_row(r, session.get("project") or "", session.get("cwd")) for r in rows]
 
     def load_collapsed(self, session_id: str) -> list[CollapsedMessage]:
-        rows = self.query("SELECT * FROM collapsed_messages WHERE session_id = ? ORDER BY seq", [session_id])  # type: ignore[attr-defined]
+        rows = self.query("SELECT * FROM collapsed_messages WHERE session_id = ? ORDER BY seq", [session_id])
         return [_collapsed_from_row(r) for r in rows]
 
     def delete_sessions(self, session_ids: Sequence[str]) -> None:
         """Every row of these sessions, in every table (call inside a transaction)."""
         for table in SESSION_TABLES:
-            if table != "chunk_embeddings" or self._table_exists(table):  # type: ignore[attr-defined]
-                self.delete_where(table, "session_id", session_ids)  # type: ignore[attr-defined]
+            if table != "chunk_embeddings" or self._table_exists(table):
+                self.delete_where(table, "session_id", session_ids)
 
     def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
         """Start, end, counts and speakers of sessions, from their messages."""
@@ -379,7 +430,7 @@ class _Queries:
         )
 
     def chunks_without_embedding(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
-        return self.query(  # type: ignore[attr-defined]
+        return self.query(
             """
             SELECT c.chunk_id, c.session_id, c.chunk_index, c.context_content, c.context_hash
             FROM chunks c LEFT JOIN chunk_embeddings e ON e.chunk_id = c.chunk_id AND e.text_hash = c.context_hash
@@ -467,15 +518,6 @@ class Warehouse(_Queries):
         self.delete_where(table, column, values)
         return self.insert(table, rows)
 
-    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
-        cursor = self.conn.execute(sql, params or [])
-        names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
-        row = self.conn.execute(sql, params or []).fetchone()
-        return row[0] if row else None
-
     # -- meta --
 
     def get_meta(self, key: str) -> str | None:
@@ -505,14 +547,6 @@ class Warehouse(_Queries):
             self.set_meta("embedding_model", model)
             self.set_meta("embedding_dimensions", str(dimensions))
         return True
-
-    def _table_exists(self, name: str) -> bool:
-        return bool(
-            self.scalar(
-                "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = ?",
-                [DATABASE, name],
-            )
-        )
 
     def refresh_fts(self) -> None:
         """Rebuild the BM25 indexes (DuckDB's FTS index is a snapshot of its table, not maintained on write)."""
@@ -565,6 +599,13 @@ def publish_snapshot(warehouse: Path) -> Path:
     finally:
         os.close(directory)
     return target
+
+
+class Snapshot(_Queries):
+    """A reader's handle: the named queries over a read-only connection."""
+
+    def __init__(self, conn: duckdb.DuckDBPyConnection) -> None:
+        self.conn = conn
 
 
 def open_reader(warehouse: Path) -> duckdb.DuckDBPyConnection:

@@ -16,6 +16,8 @@ from sessionmem_pipeline.providers import Embedder, chat_model_from_settings, em
 from sessionmem_pipeline.stages.discover import SourceFile, discover
 from sessionmem_pipeline.stages.embed import chunk_limits, embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file
+from sessionmem_pipeline.stages.memories import ingest_memories
+from sessionmem_pipeline.stages.summaries import due, embed_missing_summaries, pending, summarize_sessions
 from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
 from sessionmem_pipeline.stages.transform import chunk_sessions, collapse_sessions
 from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, snapshot_path, to_json, writer_lock
@@ -41,13 +43,23 @@ class IndexReport:
     embeddings_cached: int = 0
     embedding_failures: int = 0
     orphans_removed: int = 0
+    summaries_written: int = 0
+    memories: int = 0
+    memories_embedded: int = 0
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     snapshot: str | None = None
 
     @property
     def changed(self) -> bool:
-        return bool(self.sessions_changed or self.orphans_removed or self.quarantined or self.embedded)
+        return bool(
+            self.sessions_changed
+            or self.orphans_removed
+            or self.quarantined
+            or self.embedded
+            or self.summaries_written
+            or self.memories_embedded
+        )
 
     def format_lines(self) -> list[str]:
         """Per transcript format: files, sessions, and messages written in this run."""
@@ -61,7 +73,7 @@ class IndexReport:
         return (
             f"indexed {self.files_seen} files ({decided}): {self.sessions_changed} sessions changed, "
             f"{self.messages_written} messages, {self.chunks} chunks, {self.embedded} embedded "
-            f"({self.embeddings_cached} cached), {len(self.quarantined)} quarantined, "
+            f"({self.embeddings_cached} cached), {self.summaries_written} summaries, {len(self.quarantined)} quarantined, "
             f"{self.orphans_removed} removed in {self.seconds:.1f}s"
         )
 
@@ -102,6 +114,7 @@ def index_sources(
             report.sessions_changed = len(changed)
 
             embedder = embedder or embedder_from_settings(settings)
+            llm = chat_model_from_settings(settings)
             max_tokens, window = chunk_limits(embedder, settings["chunking.max_tokens"])
             collapse_sessions(wh, changed)
             chunked = chunk_sessions(
@@ -111,14 +124,14 @@ def index_sources(
                 timezone=settings.timezone,
                 window=window,
                 max_chunks=settings["chunking.max_chunks"],
-                llm=chat_model_from_settings(settings),
+                llm=llm,
             )
             report.chunks, report.tokens = chunked.chunks, chunked.tokens
             report.warnings += chunked.warnings
 
             all_sessions = [r[0] for r in wh.conn.execute("SELECT session_id FROM sessions").fetchall()]
-            pending = len(wh.chunks_without_embedding(all_sessions)) if wh.get_meta("embedding_model") else None
-            total = pending if pending is not None else wh.scalar("SELECT count(*) FROM chunks")
+            to_embed = len(wh.chunks_without_embedding(all_sessions)) if wh.get_meta("embedding_model") else None
+            total = to_embed if to_embed is not None else wh.scalar("SELECT count(*) FROM chunks")
             done_chunks = 0
 
             def embedded(count: int) -> None:
@@ -129,6 +142,20 @@ def index_sources(
             embedding = embed_sessions(wh, all_sessions, embedder, progress=embedded)
             report.embedded, report.embeddings_cached = embedding.embedded, embedding.cached
             report.embedding_failures = embedding.failed
+
+            if settings["summaries.enabled"]:
+                ready = due(
+                    pending(wh.conn),
+                    now=datetime.now(UTC),
+                    idle_minutes=settings["summaries.idle_minutes"],
+                    message_threshold=settings["summaries.message_threshold"],
+                )
+                summarized = summarize_sessions(wh, [r["session_id"] for r in ready], llm=llm, embedder=embedder)
+                report.summaries_written = summarized.versions_written
+                report.warnings += summarized.llm_fallbacks
+            memories = ingest_memories(wh, roots, embedder)
+            report.memories, report.memories_embedded = memories.memories, memories.embedded
+            report.warnings += memories.warnings
 
             if session is None:
                 report.orphans_removed = remove_orphans(wh, roots)
@@ -206,9 +233,37 @@ def reembed(settings: Settings, *, embedder: Embedder | None = None, progress: P
             outcome = embed_sessions(wh, sessions, embedder, progress=embedded)
             report.embedded, report.embeddings_cached = outcome.embedded, outcome.cached
             report.embedding_failures = outcome.failed
+            with wh.transaction():
+                wh.conn.execute("UPDATE session_summaries SET embedding = NULL")
+                wh.conn.execute("UPDATE memories SET embedding = NULL")
+            embed_missing_summaries(wh, embedder)
+            ingest_memories(wh, list(settings.sources), embedder)
             refresh_search_index(wh)
             report.seconds = time.perf_counter() - started
             _record_run(wh, report, started_at, "reembed")
             wh.checkpoint()
         report.snapshot = str(publish_snapshot(settings.warehouse))
     return report
+
+
+def summarize_now(settings: Settings, session_id: str, *, full: bool = False) -> int:
+    """`sessionmem summarize`: one session's summary now (a new version only if its input changed); the version
+    count written (0 or 1)."""
+    with writer_lock(settings.warehouse, holder="sessionmem summarize"):
+        with Warehouse(settings.warehouse) as wh:
+            if wh.session_row(session_id) is None:
+                raise ValueError(f"no session {session_id!r} in {settings.warehouse}")
+            outcome = summarize_sessions(
+                wh,
+                [session_id],
+                llm=chat_model_from_settings(settings),
+                embedder=embedder_from_settings(settings),
+                full=full,
+            )
+            if outcome.versions_written:
+                refresh_search_index(wh)
+        if outcome.versions_written:
+            publish_snapshot(settings.warehouse)
+    for warning in outcome.llm_fallbacks:
+        raise ValueError(f"the chat model failed, the extractive summary was used: {warning}")
+    return outcome.versions_written

@@ -1,0 +1,169 @@
+"""Summaries: versioned, incremental session summaries (`session_summaries`) with their embeddings.
+
+A new version is written only when the input changed (new messages, or `full` with a different result); the
+`sessions` row points at the latest. Which sessions are due (idle, or enough new messages) is decided from the
+warehouse by `due_sessions`, and by `summary_due_sensor` from the published snapshot with the same SQL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import duckdb
+
+from sessionmem_pipeline.core.llm_protocol import ChatModel
+from sessionmem_pipeline.core.summarize import (
+    EXTRACTIVE_MODEL,
+    SessionSummary,
+    messages_after,
+    summarize_with_fallback,
+    summary_input_hash,
+    summary_is_due,
+)
+from sessionmem_pipeline.providers import Embedder
+from sessionmem_pipeline.warehouse import Warehouse
+
+PENDING_SQL = """
+    SELECT s.session_id, s.partition_key, s.ended_at, s.summary_version,
+           (SELECT count(*) FROM collapsed_messages m WHERE m.session_id = s.session_id AND m.seq > coalesce(
+               (SELECT max(m2.seq) FROM collapsed_messages m2 JOIN session_summaries v
+                    ON v.session_id = m2.session_id AND v.last_message_id = m2.message_id
+                WHERE v.session_id = s.session_id AND v.version = s.summary_version), -1)) AS unsummarized
+    FROM sessions s
+"""
+"""Per session: its latest message time and how many collapsed messages its latest summary does not cover."""
+
+
+@dataclass
+class SummaryOutcome:
+    versions_written: int = 0
+    unchanged: int = 0
+    llm_fallbacks: list[str] = field(default_factory=list)
+    messages_read: int = 0
+
+
+def pending(conn: duckdb.DuckDBPyConnection) -> list[dict]:
+    cursor = conn.execute(PENDING_SQL)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def due(rows: Sequence[dict], *, now: datetime, idle_minutes: int, message_threshold: int) -> list[dict]:
+    """The rows whose session has unsummarized messages and is idle, or has reached the threshold."""
+    return [
+        row
+        for row in rows
+        if row["unsummarized"] > 0
+        and summary_is_due(
+            last_message_at=row["ended_at"],
+            now=now,
+            new_messages_since_summary=row["unsummarized"],
+            idle_minutes=idle_minutes,
+            message_threshold=message_threshold,
+        )
+    ]
+
+
+def latest_summary(wh: Warehouse, session_id: str) -> tuple[int, SessionSummary] | None:
+    rows = wh.query(
+        "SELECT version, summary FROM session_summaries WHERE session_id = ? ORDER BY version DESC LIMIT 1",
+        [session_id],
+    )
+    if not rows:
+        return None
+    return rows[0]["version"], SessionSummary.from_dict(json.loads(rows[0]["summary"]))
+
+
+def summarize_sessions(
+    wh: Warehouse,
+    session_ids: Sequence[str],
+    *,
+    llm: ChatModel | None,
+    embedder: Embedder | None,
+    full: bool = False,
+    now: datetime | None = None,
+) -> SummaryOutcome:
+    """Summarize each session (incrementally unless `full`), writing a version only when the input changed."""
+    outcome = SummaryOutcome()
+    model = llm.model if llm else EXTRACTIVE_MODEL
+    for session_id in session_ids:
+        messages = wh.load_collapsed(session_id)
+        latest = latest_summary(wh, session_id)
+        version, previous = latest if latest else (0, None)
+        if previous and not full and not messages_after(messages, previous):
+            outcome.unchanged += 1
+            continue
+        if full and previous and summary_input_hash(messages, None, model) == previous.input_hash:
+            outcome.unchanged += 1
+            continue
+        base = None if full else previous
+        outcome.messages_read += len(messages_after(messages, base)) if base else len(messages)
+        summary, error = summarize_with_fallback(messages, previous=base, llm=llm)
+        if error is not None:
+            outcome.llm_fallbacks.append(f"{session_id}: {error}")
+        if previous and summary.input_hash == previous.input_hash:
+            outcome.unchanged += 1
+            continue
+        _write_version(wh, session_id, version + 1, summary, embedder, now or datetime.now(UTC))
+        outcome.versions_written += 1
+    return outcome
+
+
+def _write_version(
+    wh: Warehouse, session_id: str, version: int, summary: SessionSummary, embedder: Embedder | None, now: datetime
+) -> None:
+    text = summary.text_for_embedding()
+    vector = [float(x) for x in embedder.embed([text])[0]] if embedder else None
+    with wh.transaction():
+        wh.insert(
+            "session_summaries",
+            [
+                {
+                    "summary_id": f"{session_id}@{version}",
+                    "session_id": session_id,
+                    "version": version,
+                    "created_at": now,
+                    "model": summary.model,
+                    "input_hash": summary.input_hash,
+                    "is_incremental": summary.is_incremental,
+                    "parts": summary.parts,
+                    "first_message_id": summary.first_message_id,
+                    "last_message_id": summary.last_message_id,
+                    "message_count": summary.message_count,
+                    "token_count": summary.token_count,
+                    "overview": summary.overview,
+                    "topics": list(summary.topics),
+                    "summary": json.dumps(summary.to_dict(), ensure_ascii=False),
+                    "search_text": text,
+                    "embedding": vector,
+                }
+            ],
+        )
+        wh.conn.execute(
+            "UPDATE sessions SET summary_version = ?, summary_overview = ? WHERE session_id = ?",
+            [version, summary.overview, session_id],
+        )
+
+
+def embed_missing_summaries(wh: Warehouse, embedder: Embedder) -> int:
+    """Vectors for latest summaries that have none (after `reembed` cleared them for a new model)."""
+    rows = wh.query(
+        """
+        SELECT v.summary_id, v.search_text FROM session_summaries v JOIN sessions s
+            ON s.session_id = v.session_id AND s.summary_version = v.version
+        WHERE v.embedding IS NULL
+        """
+    )
+    if not rows:
+        return 0
+    vectors = embedder.embed([r["search_text"] for r in rows])
+    with wh.transaction():
+        for row, vector in zip(rows, vectors, strict=True):
+            wh.conn.execute(
+                "UPDATE session_summaries SET embedding = ? WHERE summary_id = ?",
+                [[float(x) for x in vector], row["summary_id"]],
+            )
+    return len(rows)
