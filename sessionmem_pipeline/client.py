@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,10 @@ import duckdb
 
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.context import zone
-from sessionmem_pipeline.warehouse import open_reader, search_log_path, snapshot_path
+from sessionmem_pipeline.warehouse import Snapshot, open_reader, search_log_path, snapshot_path
 
 CANDIDATES = 50  # per retriever, before fusion
+SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
 EXACT_SCAN_MAX = 20_000  # filtered vector queries scan this many matching chunks exactly (about 5 ms at 384 d)
 OVERFETCH = 20  # above it, the index's top limit x OVERFETCH are filtered instead
 
@@ -305,6 +306,182 @@ class SessionMemory:
             project=project,
             session_id=session_id,
         )
+        results = deduplicate(self.chunks_by_id(self._fused_chunk_scores(query, filters)))[:limit]
+        self._log("search", started, len(results))
+        return results
+
+    # -- sessions, two-stage recall, memories, recap --
+
+    def _query_vector(self, query: str) -> str | None:
+        return vector_literal(self.embedder().embed([query])[0]) if self._meta("embedding_model") else None
+
+    def search_sessions(self, query: str, *, limit: int = 3, **filters: Any) -> list[SessionResult]:
+        """Sessions whose latest summary best matches `query` (hybrid BM25 + vector over summaries)."""
+        started = time.perf_counter()
+        results = self._rank_sessions(query, limit, self._filters(**filters))
+        self._log("search_sessions", started, len(results))
+        return results
+
+    def _rank_sessions(self, query: str, limit: int, filters: Filters) -> list[SessionResult]:
+        conn = self.connection()
+        where, params = session_filter_sql(filters)
+        latest = f"""FROM session_summaries v JOIN sessions s
+                     ON s.session_id = v.session_id AND s.summary_version = v.version WHERE {where}"""
+        try:
+            bm25 = conn.execute(
+                f"""SELECT session_id FROM (SELECT v.session_id,
+                        fts_main_session_summaries.match_bm25(v.summary_id, ?) AS score {latest})
+                    WHERE score IS NOT NULL ORDER BY score DESC, session_id LIMIT ?""",
+                [query, *params, CANDIDATES],
+            ).fetchall()
+        except duckdb.CatalogException:
+            bm25 = []
+        vector = self._query_vector(query)
+        semantic = []
+        if vector is not None:
+            semantic = conn.execute(
+                f"""SELECT v.session_id {latest} AND v.embedding IS NOT NULL
+                    ORDER BY list_cosine_similarity(v.embedding, ?::FLOAT[]) DESC, v.session_id LIMIT ?""",
+                [*params, vector, CANDIDATES],
+            ).fetchall()
+        s = self.settings
+        fused = reciprocal_rank_fusion(
+            [([r[0] for r in bm25], s["search.bm25_weight"]), ([r[0] for r in semantic], s["search.vector_weight"])],
+            k=s["search.rrf_k"],
+        )
+        top = sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        if not top:
+            return []
+        rows = conn.execute(
+            """SELECT s.session_id, s.project, v.overview, v.summary, s.started_at, s.ended_at, s.message_count,
+                      v.version
+               FROM sessions s JOIN session_summaries v ON s.session_id = v.session_id AND s.summary_version = v.version
+               WHERE s.session_id IN (SELECT unnest(?))""",
+            [[sid for sid, _ in top]],
+        ).fetchall()
+        by_id = {row[0]: row for row in rows}
+        results = []
+        for session_id, score in top:
+            row = by_id[session_id]
+            summary = json.loads(row[3])
+            results.append(
+                SessionResult(
+                    session_id=session_id,
+                    project=row[1] or "",
+                    summary=row[2],
+                    topics=list(summary.get("topics", [])),
+                    decisions=list(summary.get("decisions", [])),
+                    started_at=row[4].astimezone(UTC) if row[4] else None,
+                    ended_at=row[5].astimezone(UTC) if row[5] else None,
+                    message_count=row[6] or 0,
+                    version=row[7],
+                    score=round(score, 6),
+                )
+            )
+        return results
+
+    def recall(self, query: str, *, sessions: int = 3, limit: int = 5, **filters: Any) -> list[SearchResult]:
+        """Two-stage retrieval: the best sessions by summary, then the best chunks inside them, fused with a
+        plain chunk search so a chunk from a session whose summary missed the point is still found."""
+        started = time.perf_counter()
+        chunk_filters = self._filters(**filters)
+        session_level = {k: v for k, v in filters.items() if k in SESSION_FILTERS}
+        top_sessions = self._rank_sessions(query, sessions, self._filters(**session_level))
+        inside: list[str] = []
+        for session in top_sessions:
+            scoped = Filters(**{**asdict(chunk_filters), "session_id": session.session_id})
+            inside += list(self._fused_chunk_scores(query, scoped))[:limit]
+        global_ids = list(self._fused_chunk_scores(query, chunk_filters))
+        fused = reciprocal_rank_fusion([(inside, 1.0), (global_ids, 1.0)], k=self.settings["search.rrf_k"])
+        top_ids = {session.session_id for session in top_sessions}
+        results = [
+            replace(r, stage="session" if r.session_id in top_ids else "global")
+            for r in deduplicate(self.chunks_by_id(fused))[:limit]
+        ]
+        self._log("recall", started, len(results))
+        return results
+
+    def search_memories(self, query: str, *, limit: int = 5) -> list[MemoryResult]:
+        """Curated memories (what agents chose to remember), hybrid BM25 + vector, importance as a tie-breaker."""
+        started = time.perf_counter()
+        conn = self.connection()
+        try:
+            bm25 = [r[0] for r in conn.execute(
+                """SELECT memory_id FROM (SELECT memory_id, fts_main_memories.match_bm25(memory_id, ?) AS score
+                   FROM memories) WHERE score IS NOT NULL ORDER BY score DESC, memory_id LIMIT ?""",
+                [query, CANDIDATES],
+            ).fetchall()]
+        except duckdb.CatalogException:
+            bm25 = []
+        vector = self._query_vector(query)
+        semantic = []
+        if vector is not None:
+            semantic = [r[0] for r in conn.execute(
+                """SELECT memory_id FROM memories WHERE embedding IS NOT NULL
+                   ORDER BY list_cosine_similarity(embedding, ?::FLOAT[]) DESC, memory_id LIMIT ?""",
+                [vector, CANDIDATES],
+            ).fetchall()]
+        fused = reciprocal_rank_fusion([(bm25, 1.0), (semantic, 1.0)], k=self.settings["search.rrf_k"])
+        rows = conn.execute(
+            "SELECT memory_id, content, timestamp, session_id, importance FROM memories WHERE memory_id IN (SELECT unnest(?))",
+            [list(fused)],
+        ).fetchall()
+        results = sorted(
+            (
+                MemoryResult(r[0], r[1], r[2].astimezone(UTC) if r[2] else None, r[3], r[4], round(fused[r[0]], 6))
+                for r in rows
+            ),
+            key=lambda m: (-m.score, -(m.importance or 0), m.memory_id),
+        )[:limit]
+        self._log("search_memories", started, len(results))
+        return results
+
+    def recap(self, *, session_id: str | None = None, project: str | None = None, budget: int = 800):
+        """The recap of the given session, or of the latest top-level session (of `project`): what was being
+        done, the plan and unfinished work, each line citing its message ids."""
+        from sessionmem_pipeline.core.recap import recap_session
+        from sessionmem_pipeline.providers import chat_model_from_settings
+
+        reader = Snapshot(self.connection())
+        session = self.latest_session(session_id=session_id, project=project)
+        sid = session["session_id"]
+        earlier = reader.query(
+            """SELECT v.embedding FROM session_summaries v JOIN sessions s
+                 ON s.session_id = v.session_id AND s.summary_version = v.version
+               WHERE s.project = ? AND s.session_id <> ? AND v.embedding IS NOT NULL
+                 AND coalesce(s.ended_at, s.started_at) <= coalesce(?::TIMESTAMPTZ, now())""",
+            [session["project"], sid, session["started_at"]],
+        )
+        memories = reader.query("SELECT embedding FROM memories WHERE embedding IS NOT NULL")
+        return recap_session(
+            reader.load_messages(sid),
+            chunks=reader.load_chunks(sid) or None,
+            chunk_vectors=reader.chunk_vectors(sid),
+            memory_vectors=[m["embedding"] for m in memories],
+            earlier_summary_vectors=[e["embedding"] for e in earlier],
+            budget=budget,
+            llm=chat_model_from_settings(self.settings),
+        )
+
+    def latest_session(self, *, session_id: str | None = None, project: str | None = None) -> dict[str, Any]:
+        """The session row asked for, else the most recent top-level session (of `project`)."""
+        reader = Snapshot(self.connection())
+        if session_id:
+            row = reader.session_row(session_id)
+            if row is None:
+                raise ValueError(f"no session {session_id!r} in {self.warehouse}")
+            return row
+        rows = reader.query(
+            """SELECT * FROM sessions WHERE parent_session_id IS NULL AND (? IS NULL OR project = ?)
+               ORDER BY coalesce(ended_at, started_at) DESC NULLS LAST, session_id LIMIT 1""",
+            [project, project],
+        )
+        if not rows:
+            raise ValueError(f"no sessions{' in project ' + repr(project) if project else ''} in {self.warehouse}")
+        return rows[0]
+
+    def _fused_chunk_scores(self, query: str, filters: Filters) -> dict[str, float]:
+        """Chunk ids and their reciprocal-rank-fusion scores over BM25 and vector rankings, best first."""
         s = self.settings
         fused = reciprocal_rank_fusion(
             [
@@ -313,9 +490,7 @@ class SessionMemory:
             ],
             k=s["search.rrf_k"],
         )
-        results = deduplicate(self.chunks_by_id(fused))[:limit]
-        self._log("search", started, len(results))
-        return results
+        return dict(sorted(fused.items(), key=lambda item: (-item[1], item[0])))
 
     def chunks_by_id(self, scores: dict[str, float], stage: str | None = None) -> list[SearchResult]:
         """Results for chunk ids, in the order of their scores."""
@@ -353,3 +528,60 @@ class SessionMemory:
             )
         return results
 
+
+
+@dataclass(frozen=True)
+class SessionResult:
+    session_id: str
+    project: str
+    summary: str
+    topics: list[str]
+    decisions: list[str]
+    started_at: datetime | None
+    ended_at: datetime | None
+    message_count: int
+    version: int
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("started_at", "ended_at"):
+            data[key] = data[key].isoformat() if data[key] else None
+        return data
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    memory_id: str
+    content: str
+    timestamp: datetime | None
+    session_id: str | None
+    importance: float | None
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["timestamp"] = self.timestamp.isoformat() if self.timestamp else None
+        return data
+
+
+def session_filter_sql(filters: Filters, alias: str = "s") -> tuple[str, list[Any]]:
+    """The filters that describe a session: a session matches `after`/`before` when its span overlaps them."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if filters.after is not None:
+        clauses.append(f"coalesce({alias}.ended_at, {alias}.started_at) >= ?")
+        params.append(parse_moment(filters.after, filters.timezone))
+    if filters.before is not None:
+        clauses.append(f"{alias}.started_at < ?")
+        params.append(parse_moment(filters.before, filters.timezone))
+    if filters.project:
+        clauses.append(f"{alias}.project = ?")
+        params.append(filters.project)
+    if filters.session_id:
+        clauses.append(f"{alias}.session_id = ?")
+        params.append(filters.session_id)
+    if filters.topics:
+        clauses.append(f"list_has_any({alias}.topics, ?::VARCHAR[])")
+        params.append([t.lower() for t in filters.topics])
+    return (" AND ".join(clauses) or "TRUE"), params
