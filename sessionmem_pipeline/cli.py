@@ -250,15 +250,146 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_sessions(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.status import list_sessions
 
-    sessions = list_sessions(_settings(args), project=args.project)
+    sessions = list_sessions(_settings(args), project=args.project, with_summaries=args.summaries)
     if args.json:
         _print_json({"sessions": sessions})
         return 0
     for s in sessions:
         print(
             f"{s['session_id']}  {s['project']}  {s['started_at'] or '?'} → {s['ended_at'] or '?'}  "
-            f"{s['message_count']} messages"
+            f"{s['message_count']} messages, summary v{s['summary_version'] or '-'}"
         )
+        for version in s.get("summaries", []):
+            print(
+                f"  v{version['version']} {version['created_at']:%Y-%m-%d %H:%M} {version['model']} "
+                f"{'incremental' if version['is_incremental'] else 'full'}, messages {version['first_message_id']}"
+                f"…{version['last_message_id']} ({version['message_count']}): {version['overview'][:100]}"
+            )
+    return 0
+
+
+def cmd_search_sessions(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.client import SessionMemory
+
+    memory = SessionMemory(settings=_settings(args))
+    filters = {k: v for k, v in _filter_kwargs(args).items() if k in ("after", "before", "project", "session_id", "topics")}
+    results = memory.search_sessions(args.query, limit=args.limit, **filters)
+    if args.json:
+        _print_json({"results": [r.to_dict() for r in results]})
+        return 0
+    if not results:
+        print("no results")
+    for n, r in enumerate(results, start=1):
+        span = f"{r.started_at:%Y-%m-%d %H:%M}" if r.started_at else "?"
+        print(f"{n}. [{r.score:.4f}] {r.session_id} ({r.project}) {span}, {r.message_count} messages, v{r.version}")
+        print(f"   {r.summary}")
+        if r.decisions:
+            print(f"   decisions: {'; '.join(r.decisions[:3])}")
+        print()
+    return 0
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.client import SessionMemory
+
+    memory = SessionMemory(settings=_settings(args))
+    results = memory.recall(args.query, sessions=args.sessions, limit=args.limit, **_filter_kwargs(args))
+    _print_results(results, args.json, args.query)
+    return 0
+
+
+def cmd_memories(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.client import SessionMemory
+
+    results = SessionMemory(settings=_settings(args)).search_memories(args.query, limit=args.limit)
+    if args.json:
+        _print_json({"results": [r.to_dict() for r in results]})
+        return 0
+    if not results:
+        print("no results")
+    for n, r in enumerate(results, start=1):
+        print(f"{n}. [{r.score:.4f}] {r.memory_id}: {r.content}")
+    return 0
+
+
+def cmd_summarize(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.stages.run import summarize_now
+    from sessionmem_pipeline.status import list_sessions
+
+    settings = _settings(args)
+    written = summarize_now(settings, args.session, full=args.full)
+    latest = next(s for s in list_sessions(settings) if s["session_id"] == args.session)
+    if args.json:
+        _print_json({"session_id": args.session, "new_version": bool(written), "version": latest["summary_version"],
+                     "summary": latest["summary_overview"]})
+        return 0
+    state = "new version" if written else "unchanged"
+    print(f"{args.session}: summary v{latest['summary_version']} ({state})")
+    print(latest["summary_overview"])
+    return 0
+
+
+def cmd_recap(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.client import SessionMemory
+    from sessionmem_pipeline.core.recap import render_handoff
+
+    memory = SessionMemory(settings=_settings(args))
+    session = memory.latest_session(session_id=args.session, project=args.project)
+    recap = memory.recap(session_id=session["session_id"], budget=args.budget)
+    if args.write:
+        folder = Path(args.write)
+        folder.mkdir(parents=True, exist_ok=True)
+        handoff = render_handoff(
+            recap, session_id=session["session_id"], project=session["project"], ended_at=session["ended_at"]
+        )
+        (folder / "_handoff.md").write_text(handoff, encoding="utf-8")
+    if args.json:
+        _print_json({
+            "session_id": recap.session_id, "text": recap.text, "token_count": recap.token_count,
+            "ended_abruptly": recap.ended_abruptly,
+            "lines": [{"text": line.text, "message_ids": list(line.message_ids), "section": line.section}
+                      for line in recap.lines],
+        })
+    else:
+        print(recap.text)
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from datetime import UTC
+
+    from sessionmem_pipeline.core.compact import SummarizationConfig, compact, parse_transcript, render_stats_box
+    from sessionmem_pipeline.providers import chat_model_from_settings
+
+    path = Path(args.file)
+    session = parse_transcript(str(path), path.read_bytes())
+    config = SummarizationConfig(trigger_threshold=0, preserve_recent=args.preserve_recent,
+                                 target_compression=args.target)
+    result = compact(session.messages, config, llm=chat_model_from_settings(_settings(args)),
+                     now=datetime.now(UTC))
+    if args.json:
+        _print_json(result.as_json())
+        return 0
+    print(render_stats_box(result))
+    for message in result.context():
+        print(f"\n[{message.role}] {message.text}")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.status import session_history
+
+    history = session_history(_settings(args), args.session, full=args.full)
+    if args.json:
+        _print_json(history)
+        return 0
+    for version in history["summaries"]:
+        print(f"## Summary v{version['version']} (messages {version['first_message_id']}…{version['last_message_id']})")
+        print(version["markdown"])
+        print()
+    print(f"## Messages{' (all)' if args.full else ' since the latest summary'}")
+    for message in history["messages"]:
+        print(f"[{message['message_id']}] {message['speaker']}: {message['text']}")
     return 0
 
 
@@ -311,6 +442,33 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument("--limit", type=int, default=5)
     _filters(search)
+    search_sessions = command("search-sessions", cmd_search_sessions, "search sessions by their summaries")
+    search_sessions.add_argument("query")
+    search_sessions.add_argument("--limit", type=int, default=3)
+    _filters(search_sessions)
+    recall = command("recall", cmd_recall, "two-stage retrieval: best sessions by summary, then their chunks")
+    recall.add_argument("query")
+    recall.add_argument("--sessions", type=int, default=3)
+    recall.add_argument("--limit", type=int, default=5)
+    _filters(recall)
+    memories = command("memories", cmd_memories, "search curated memories")
+    memories.add_argument("query")
+    memories.add_argument("--limit", type=int, default=5)
+    summarize = command("summarize", cmd_summarize, "summarize one session now (a new version if its input changed)")
+    summarize.add_argument("session")
+    summarize.add_argument("--full", action="store_true", help="regenerate from the start instead of incrementally")
+    recap = command("recap", cmd_recap, "recap of the latest (or given) session for a handoff")
+    recap.add_argument("--session")
+    recap.add_argument("--project")
+    recap.add_argument("--budget", type=int, default=800, help="token budget (default 800)")
+    recap.add_argument("--write", metavar="DIR", help="also write DIR/_handoff.md")
+    compact_cmd = command("compact", cmd_compact, "live-context compaction of a transcript file")
+    compact_cmd.add_argument("file")
+    compact_cmd.add_argument("--preserve-recent", type=int, default=10, help="messages kept verbatim (default 10)")
+    compact_cmd.add_argument("--target", type=float, default=0.3, help="summary/replaced token ratio (default 0.3)")
+    history = command("history", cmd_history, "a session as its summaries plus the messages after them")
+    history.add_argument("session")
+    history.add_argument("--full", action="store_true", help="every summary version and every message")
     sessions = command("sessions", cmd_sessions, "list sessions")
     sessions.add_argument("--project")
     sessions.add_argument("--summaries", action="store_true", help="with each session's summary versions")

@@ -159,10 +159,12 @@ def files_changed_since(settings: Settings, moment: datetime | None) -> int:
     return sum(1 for f in discover(settings.sources) if f.stat.mtime_ns > cutoff)
 
 
-def list_sessions(settings: Settings, *, project: str | None = None) -> list[dict[str, Any]]:
+def list_sessions(
+    settings: Settings, *, project: str | None = None, with_summaries: bool = False
+) -> list[dict[str, Any]]:
     conn = open_reader(settings.warehouse)
     try:
-        return _rows(
+        sessions = _rows(
             conn,
             """
             SELECT session_id, project, title, started_at, ended_at, message_count, topics, summary_version,
@@ -171,5 +173,49 @@ def list_sessions(settings: Settings, *, project: str | None = None) -> list[dic
             """,
             [project, project],
         )
+        if with_summaries:
+            for session in sessions:
+                session["summaries"] = _rows(
+                    conn,
+                    """SELECT version, created_at, model, is_incremental, parts, first_message_id, last_message_id,
+                              message_count, overview FROM session_summaries WHERE session_id = ? ORDER BY version""",
+                    [session["session_id"]],
+                )
+        return sessions
     finally:
         conn.close()
+
+
+def session_history(settings: Settings, session_id: str, *, full: bool = False) -> dict[str, Any]:
+    """A session as its summaries (latest, or every version) plus its messages (after the latest summary, or all)."""
+    from sessionmem_pipeline.core.summarize import SessionSummary
+
+    conn = open_reader(settings.warehouse)
+    try:
+        if not conn.execute("SELECT count(*) FROM sessions WHERE session_id = ?", [session_id]).fetchone()[0]:
+            raise ValueError(f"no session {session_id!r} in {settings.warehouse}")
+        versions = _rows(
+            conn, "SELECT version, summary FROM session_summaries WHERE session_id = ? ORDER BY version", [session_id]
+        )
+        if not full:
+            versions = versions[-1:]
+        summaries = []
+        for row in versions:
+            summary = SessionSummary.from_dict(json.loads(row["summary"]))
+            summaries.append({"version": row["version"], "markdown": summary.to_markdown(), **summary.to_dict()})
+        after = -1
+        if summaries and not full:
+            found = conn.execute(
+                "SELECT seq FROM collapsed_messages WHERE session_id = ? AND message_id = ?",
+                [session_id, summaries[-1]["last_message_id"]],
+            ).fetchone()
+            after = found[0] if found else -1
+        messages = _rows(
+            conn,
+            """SELECT message_id, speaker, role, timestamp, text FROM collapsed_messages
+               WHERE session_id = ? AND seq > ? ORDER BY seq""",
+            [session_id, after],
+        )
+    finally:
+        conn.close()
+    return {"session_id": session_id, "summaries": summaries, "messages": messages}
