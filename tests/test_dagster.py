@@ -2,7 +2,9 @@
 re-materialization, the search index publishing a snapshot, and the sensor's requests from file stats."""
 
 import hashlib
+import json
 import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -12,8 +14,10 @@ from sessionmem_pipeline.defs.assets import PIPELINE_ASSETS, search_index
 from sessionmem_pipeline.defs.checks import PIPELINE_CHECKS
 from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
-from sessionmem_pipeline.defs.sensors import session_files_sensor
+from sessionmem_pipeline.defs.sensors import session_files_sensor, summary_due_sensor
+from sessionmem_pipeline.config import load_settings
 from sessionmem_pipeline.definitions import defs
+from sessionmem_pipeline.stages.run import index_sources
 from sessionmem_pipeline.warehouse import Warehouse, snapshot_path
 
 SAMPLES = Path(__file__).parent.parent / "samples"
@@ -39,9 +43,10 @@ def _counts(warehouse: Path) -> dict[str, int]:
 def test_definitions_load_with_sensor_checks_and_partitions() -> None:
     repo = defs.get_repository_def()
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {
-        "raw_messages", "collapsed_messages", "chunks", "chunk_embeddings", "search_index"
+        "raw_messages", "collapsed_messages", "chunks", "chunk_embeddings", "session_summaries", "memories",
+        "search_index",
     }
-    assert repo.get_sensor_def("session_files_sensor")
+    assert repo.get_sensor_def("session_files_sensor") and repo.get_sensor_def("summary_due_sensor")
     for asset in PARTITIONED:
         assert asset.partitions_def == session_partitions
         assert asset.backfill_policy is not None and asset.backfill_policy.max_partitions_per_run == 200
@@ -128,3 +133,45 @@ def test_sensor_batches_new_files_into_one_backfill_then_sees_changes_and_deleti
     gone = _tick(instance, project["resources"], grown.cursor)
     assert gone.dynamic_partitions_requests[0].partition_keys == ["generic/planning/2026-03-02"]
     assert [r.asset_selection for r in gone.run_requests] == [[dg.AssetKey("search_index")]]
+
+
+def _append_generic(path: Path, count: int, start: datetime) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        for n in range(count):
+            moment = (start + timedelta(seconds=n)).isoformat().replace("+00:00", "Z")
+            handle.write(json.dumps({"role": "user", "content": f"note {n} about caching", "timestamp": moment}) + "\n")
+
+
+def test_summary_due_sensor_fires_on_idle_and_on_count_only(project: dict, tmp_path: Path) -> None:
+    quiet = tmp_path / "index.toml"  # index without summarizing, so the sensor has work to find
+    quiet.write_text(
+        (tmp_path / "sessionmem.toml").read_text(encoding="utf-8") + "[summaries]\nenabled = false\n",
+        encoding="utf-8",
+    )
+    index_settings = load_settings(quiet)
+    index_sources(index_settings)
+    instance = dg.DagsterInstance.ephemeral()
+
+    def tick(cursor: str | None) -> dg.SensorResult:
+        context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=project["resources"], definitions=defs)
+        return summary_due_sensor(context)
+
+    first = tick(None)  # every sample session ended in March 2026: idle, never summarized
+    subset = first.run_requests[0].asset_graph_subset
+    assert set(subset.get_partitions_subset(dg.AssetKey("session_summaries")).get_partition_keys()) == {
+        "claude/-home-dev-webshop/3f6c2b9e-71d4-4a8e-b5c0-9e2d7a41f863",
+        "generic/planning/2026-03-02",
+    }
+    assert dg.AssetKey("raw_messages") not in subset.asset_keys
+    assert tick(first.cursor).run_requests == []  # already requested
+
+    generic = project["sources"] / "generic" / "planning" / "2026-03-02.jsonl"
+    _append_generic(generic, 3, datetime.now(UTC) - timedelta(minutes=5))  # a new session, active right now
+    index_sources(index_settings)
+    assert tick(first.cursor).run_requests == []  # not idle, under the threshold
+
+    _append_generic(generic, 20, datetime.now(UTC) - timedelta(minutes=4))  # now 23 new messages
+    index_sources(index_settings)
+    busy = tick(first.cursor)
+    keys = busy.run_requests[0].asset_graph_subset.get_partitions_subset(dg.AssetKey("session_summaries"))
+    assert list(keys.get_partition_keys()) == ["generic/planning/2026-03-02"]

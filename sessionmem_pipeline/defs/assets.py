@@ -8,6 +8,7 @@ with a multi-run policy), so assets work over `context.partition_keys`.
 
 import contextlib
 import time
+import warnings
 from collections.abc import Iterator
 
 import dagster as dg
@@ -18,9 +19,13 @@ from sessionmem_pipeline.providers import chat_model_from_settings
 from sessionmem_pipeline.stages.discover import discover
 from sessionmem_pipeline.stages.embed import chunk_limits, embed_sessions
 from sessionmem_pipeline.stages.ingest import ingest_file, remove_file
+from sessionmem_pipeline.stages.memories import ingest_memories
+from sessionmem_pipeline.stages.summaries import summarize_sessions
 from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
 from sessionmem_pipeline.stages.transform import chunk_sessions, collapse_sessions
 from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, writer_lock
+
+warnings.filterwarnings("ignore", category=dg.BetaWarning)  # backfill_policy is beta in Dagster 1.13
 
 BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=200)
 
@@ -181,8 +186,59 @@ def chunk_embeddings(context: dg.AssetExecutionContext, sessionmem: SessionmemRe
 
 
 @dg.asset(
+    partitions_def=session_partitions,
     pool=WAREHOUSE_POOL,
-    deps=[chunk_embeddings],
+    backfill_policy=BACKFILL_POLICY,
+    deps=[collapsed_messages],
+    group_name="summaries",
+    kinds={"duckdb"},
+)
+def session_summaries(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
+    """Versioned, incremental summaries of each session (a new version only when its input changed), embedded."""
+    started = time.perf_counter()
+    settings = sessionmem.settings()
+    if not settings["summaries.enabled"]:
+        return dg.MaterializeResult(metadata={"dagster/row_count": 0, "skipped": "summaries.enabled is false"})
+    with _warehouse(sessionmem, context) as wh:
+        outcome = summarize_sessions(
+            wh, _sessions(wh, context), llm=chat_model_from_settings(settings), embedder=sessionmem.embedder()
+        )
+    for warning in outcome.llm_fallbacks:
+        context.log.warning(f"chat model failed, extractive summary used: {warning}")
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": outcome.versions_written,
+            "unchanged": outcome.unchanged,
+            "messages_read": outcome.messages_read,
+            "llm_fallbacks": len(outcome.llm_fallbacks),
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+    )
+
+
+@dg.asset(pool=WAREHOUSE_POOL, group_name="search", kinds={"duckdb"})
+def memories(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
+    """Curated memories from the `memories.jsonl` files in the source roots, embedded."""
+    started = time.perf_counter()
+    settings = sessionmem.settings()
+    with _warehouse(sessionmem, context) as wh:
+        outcome = ingest_memories(wh, settings.sources, sessionmem.embedder())
+    for warning in outcome.warnings:
+        context.log.warning(warning)
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": outcome.memories,
+            "files": outcome.files,
+            "embedded": outcome.embedded,
+            "malformed_lines_skipped": len(outcome.warnings),
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+    )
+
+
+@dg.asset(
+    pool=WAREHOUSE_POOL,
+    deps=[chunk_embeddings, session_summaries, memories],
     group_name="search",
     kinds={"duckdb"},
     automation_condition=dg.AutomationCondition.eager(),
@@ -207,4 +263,12 @@ def search_index(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
     )
 
 
-PIPELINE_ASSETS = [raw_messages, collapsed_messages, chunks, chunk_embeddings, search_index]
+PIPELINE_ASSETS = [
+    raw_messages,
+    collapsed_messages,
+    chunks,
+    chunk_embeddings,
+    session_summaries,
+    memories,
+    search_index,
+]

@@ -9,29 +9,58 @@ one backfill over their partitions (split into runs of up to 200 partitions by t
 
 import hashlib
 import json
+from datetime import UTC, datetime
 
 import dagster as dg
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 
+from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core.changes import stat_changed
-from sessionmem_pipeline.defs.assets import PIPELINE_ASSETS, search_index
+from sessionmem_pipeline.defs.assets import (
+    chunk_embeddings,
+    chunks,
+    collapsed_messages,
+    memories,
+    raw_messages,
+    search_index,
+    session_summaries,
+)
 from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
-from sessionmem_pipeline.stages.discover import discover
+from sessionmem_pipeline.stages.discover import discover, file_stat
+from sessionmem_pipeline.stages.memories import find_memory_files
+from sessionmem_pipeline.stages.summaries import due, pending
+from sessionmem_pipeline.warehouse import open_reader, snapshot_path
 
-PARTITIONED_ASSETS = [a for a in PIPELINE_ASSETS if a.partitions_def is not None]
+INDEX_ASSETS = [raw_messages, collapsed_messages, chunks, chunk_embeddings]
 
-def backfill_request(partition_keys: list[str], run_key: str) -> dg.RunRequest:
-    """One backfill over these partitions of every pipeline asset, then the search index."""
+
+def backfill_request(
+    partitioned: list[dg.AssetsDefinition],
+    partition_keys: list[str],
+    unpartitioned: list[dg.AssetsDefinition],
+    run_key: str,
+) -> dg.RunRequest:
+    """One backfill over these partitions of the given assets, then the unpartitioned ones (Dagster 1.13 has no
+    public constructor for a sensor-requested backfill yet; this is the one its own automation uses)."""
     subset = session_partitions.empty_subset().with_partition_keys(partition_keys)
     graph_subset = AssetGraphSubset(
-        partitions_subsets_by_asset_key={a.key: subset for a in PARTITIONED_ASSETS},
-        non_partitioned_asset_keys={search_index.key},
+        partitions_subsets_by_asset_key={a.key: subset for a in partitioned},
+        non_partitioned_asset_keys={a.key for a in unpartitioned},
     )
     return dg.RunRequest.for_asset_graph_subset(graph_subset, tags={"sessionmem/run_key": run_key})
 
+
+def _memory_stats(settings: Settings) -> dict[str, list[int]]:
+    return {
+        f"memories:{path}": [stat.size, stat.mtime_ns]
+        for path in find_memory_files(settings.sources)
+        if (stat := file_stat(path)) is not None
+    }
+
+
 @dg.sensor(
-    asset_selection=dg.AssetSelection.assets(*PIPELINE_ASSETS),
+    asset_selection=dg.AssetSelection.assets(*INDEX_ASSETS, memories, search_index),
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
@@ -41,21 +70,24 @@ def session_files_sensor(context: dg.SensorEvaluationContext, sessionmem: Sessio
     remembered: dict[str, list] = json.loads(context.cursor) if context.cursor else {}
     current = {f.partition_key: f for f in discover(settings.sources)}
 
+    memory_files = _memory_stats(settings)
+    remembered_memories = {k: v for k, v in remembered.items() if k.startswith("memories:")}
+    remembered = {k: v for k, v in remembered.items() if not k.startswith("memories:")}
     new = [k for k in current if k not in remembered]
     changed = [
         k for k, f in current.items() if k in remembered and stat_changed(f.stat, tuple(remembered[k][:2]))
     ]
     deleted = sorted(k for k in remembered if k not in current)
-    cursor = json.dumps(
-        {k: [f.stat.size, f.stat.mtime_ns] for k, f in sorted(current.items())}, separators=(",", ":")
-    )
+    state = {k: [f.stat.size, f.stat.mtime_ns] for k, f in current.items()} | memory_files
+    cursor = json.dumps(dict(sorted(state.items())), separators=(",", ":"))
+    digest = hashlib.sha256(cursor.encode()).hexdigest()[:16]
+    unpartitioned = [search_index] + ([memories] if memory_files != remembered_memories else [])
     to_run = sorted(new + changed)
     run_requests = []
     if to_run:
-        digest = hashlib.sha256(cursor.encode()).hexdigest()[:16]
-        run_requests.append(backfill_request(to_run, f"files-{digest}"))
-    elif deleted:
-        run_requests.append(dg.RunRequest(asset_selection=[search_index.key], run_key=f"deleted-{deleted[0]}"))
+        run_requests.append(backfill_request(INDEX_ASSETS, to_run, unpartitioned, f"files-{digest}"))
+    elif deleted or len(unpartitioned) > 1:
+        run_requests.append(dg.RunRequest(asset_selection=[a.key for a in unpartitioned], run_key=f"other-{digest}"))
     partition_requests = []
     if new:
         partition_requests.append(session_partitions.build_add_request(sorted(new)))
@@ -63,3 +95,40 @@ def session_files_sensor(context: dg.SensorEvaluationContext, sessionmem: Sessio
         partition_requests.append(session_partitions.build_delete_request(deleted))
     context.log.info(f"{len(new)} new, {len(changed)} changed, {len(deleted)} deleted session files")
     return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partition_requests, cursor=cursor)
+
+
+@dg.sensor(
+    asset_selection=dg.AssetSelection.assets(session_summaries, search_index),
+    minimum_interval_seconds=300,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def summary_due_sensor(context: dg.SensorEvaluationContext, sessionmem: SessionmemResource) -> dg.SensorResult:
+    """Sessions idle for `summaries.idle_minutes` with unsummarized messages, or with `summaries.message_threshold`
+    new messages, from the published snapshot (never the live file); one backfill for all of them."""
+    settings = sessionmem.settings()
+    snapshot = snapshot_path(settings.warehouse)
+    if not settings["summaries.enabled"] or not snapshot.exists():
+        return dg.SensorResult(skip_reason="summaries are off, or nothing is indexed yet")
+    conn = open_reader(snapshot)
+    try:
+        ready = due(
+            pending(conn),
+            now=datetime.now(UTC),
+            idle_minutes=settings["summaries.idle_minutes"],
+            message_threshold=settings["summaries.message_threshold"],
+        )
+    finally:
+        conn.close()
+    requested = set(json.loads(context.cursor)) if context.cursor else set()
+    marks = {f"{r['session_id']}@{r['summary_version']}+{r['unsummarized']}": r for r in ready}
+    fresh = {mark: row for mark, row in marks.items() if mark not in requested}
+    cursor = json.dumps(sorted(requested & set(marks) | set(fresh)))
+    if not fresh:
+        return dg.SensorResult(skip_reason="no session is due for a summary", cursor=cursor)
+    keys = sorted({row["partition_key"] for row in fresh.values()})
+    digest = hashlib.sha256(" ".join(sorted(fresh)).encode()).hexdigest()[:16]
+    context.log.info(f"{len(fresh)} sessions due for a summary in {len(keys)} files")
+    return dg.SensorResult(
+        run_requests=[backfill_request([session_summaries], keys, [search_index], f"summaries-{digest}")],
+        cursor=cursor,
+    )
