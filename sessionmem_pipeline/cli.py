@@ -376,6 +376,14 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.client import SessionMemory
+    from sessionmem_pipeline.mcp import serve
+
+    serve(SessionMemory(settings=_settings(args)))
+    return 0
+
+
 def cmd_history(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.status import session_history
 
@@ -469,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     history = command("history", cmd_history, "a session as its summaries plus the messages after them")
     history.add_argument("session")
     history.add_argument("--full", action="store_true", help="every summary version and every message")
+    command("mcp", cmd_mcp, "serve the agent tools over MCP (stdio)", json_flag=False)
     sessions = command("sessions", cmd_sessions, "list sessions")
     sessions.add_argument("--project")
     sessions.add_argument("--summaries", action="store_true", help="with each session's summary versions")
