@@ -91,6 +91,8 @@ def summarize_sessions(
     model = llm.model if llm else EXTRACTIVE_MODEL
     for session_id in session_ids:
         messages = wh.load_collapsed(session_id)
+        if not messages:  # gone since it was chosen (a rewritten file re-split its sessions)
+            continue
         latest = latest_summary(wh, session_id)
         version, previous = latest if latest else (0, None)
         if previous and not full and not messages_after(messages, previous):
