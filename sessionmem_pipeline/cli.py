@@ -355,6 +355,25 @@ def cmd_recap(args: argparse.Namespace) -> int:
     return 0
 
 
+def record_compaction(warehouse: Path, path: Path, result: Any) -> None:
+    """Spec 002's audit trail: one line per compaction beside the warehouse (the source file is never touched)."""
+    from datetime import UTC
+
+    stats = result.stats
+    line = {
+        "time": datetime.now(UTC).isoformat(),
+        "file": str(path.resolve()),
+        "session_id": result.metadata.session_id,
+        "compacted": result.compacted,
+        "messages_before": stats.messages_before,
+        "messages_after": stats.messages_after,
+        "tokens_saved": stats.tokens_saved,
+    }
+    warehouse.parent.mkdir(parents=True, exist_ok=True)
+    with open(warehouse.with_name("compaction-log.jsonl"), "a", encoding="utf-8") as log:
+        log.write(json.dumps(line) + "\n")
+
+
 def cmd_compact(args: argparse.Namespace) -> int:
     from datetime import UTC
 
@@ -365,8 +384,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
     session = parse_transcript(str(path), path.read_bytes())
     config = SummarizationConfig(trigger_threshold=0, preserve_recent=args.preserve_recent,
                                  target_compression=args.target)
-    result = compact(session.messages, config, llm=chat_model_from_settings(_settings(args)),
-                     now=datetime.now(UTC))
+    settings = _settings(args)
+    result = compact(session.messages, config, llm=chat_model_from_settings(settings), now=datetime.now(UTC))
+    record_compaction(settings.warehouse, path, result)
     if args.json:
         _print_json(result.as_json())
         return 0
@@ -392,7 +412,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         _print_json(history)
         return 0
     for version in history["summaries"]:
-        print(f"## Summary v{version['version']} (messages {version['first_message_id']}…{version['last_message_id']})")
+        who = "the agent's own compaction" if version["source"] == "agent" else f"v{version['version']}"
+        print(f"## Summary {who} (messages {version['first_message_id']}…{version['last_message_id']})")
         print(version["markdown"])
         print()
     print(f"## Messages{' (all)' if args.full else ' since the latest summary'}")
@@ -489,6 +510,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
+    except BrokenPipeError:  # the reader (head, less) went away: not an error
+        sys.stderr.close()
+        return 0
     except (CommandError, ConfigError, WarehouseError, ValueError, OSError) as exc:
         print(f"sessionmem {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -14,7 +14,14 @@ import duckdb
 from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.providers import embedder_from_settings
 from sessionmem_pipeline.stages.discover import discover
-from sessionmem_pipeline.warehouse import SCHEMA_VERSION, WarehouseError, open_reader, search_log_path, snapshot_path
+from sessionmem_pipeline.warehouse import (
+    SCHEMA_VERSION,
+    Snapshot,
+    WarehouseError,
+    open_reader,
+    search_log_path,
+    snapshot_path,
+)
 
 
 def _rows(conn: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
@@ -188,6 +195,7 @@ def list_sessions(
 
 def session_history(settings: Settings, session_id: str, *, full: bool = False) -> dict[str, Any]:
     """A session as its summaries (latest, or every version) plus its messages (after the latest summary, or all)."""
+    from sessionmem_pipeline.core.compact import agent_summaries
     from sessionmem_pipeline.core.summarize import SessionSummary
 
     conn = open_reader(settings.warehouse)
@@ -199,15 +207,21 @@ def session_history(settings: Settings, session_id: str, *, full: bool = False) 
         )
         if not full:
             versions = versions[-1:]
-        summaries = []
+        summaries = [
+            {"version": f"agent-{n}", "markdown": agent.content, "source": "agent", **agent.as_json()}
+            for n, agent in enumerate(agent_summaries(Snapshot(conn).load_messages(session_id)), start=1)
+        ]
         for row in versions:
             summary = SessionSummary.from_dict(json.loads(row["summary"]))
-            summaries.append({"version": row["version"], "markdown": summary.to_markdown(), **summary.to_dict()})
+            summaries.append(
+                {"version": row["version"], "markdown": summary.to_markdown(), "source": "sessionmem", **summary.to_dict()}
+            )
         after = -1
-        if summaries and not full:
+        ours = [s for s in summaries if s["source"] == "sessionmem"]
+        if ours and not full:
             found = conn.execute(
                 "SELECT seq FROM collapsed_messages WHERE session_id = ? AND message_id = ?",
-                [session_id, summaries[-1]["last_message_id"]],
+                [session_id, ours[-1]["last_message_id"]],
             ).fetchone()
             after = found[0] if found else -1
         messages = _rows(
