@@ -314,18 +314,15 @@ def cmd_memories(args: argparse.Namespace) -> int:
 
 def cmd_summarize(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.stages.run import summarize_now
-    from sessionmem_pipeline.status import list_sessions
 
-    settings = _settings(args)
-    written = summarize_now(settings, args.session, full=args.full)
-    latest = next(s for s in list_sessions(settings) if s["session_id"] == args.session)
+    version, summary, written, fallback = summarize_now(_settings(args), args.session, full=args.full)
+    if fallback:
+        print(f"warning: the chat model failed, the extractive summary was used: {fallback}", file=sys.stderr)
     if args.json:
-        _print_json({"session_id": args.session, "new_version": bool(written), "version": latest["summary_version"],
-                     "summary": latest["summary_overview"]})
+        _print_json({"session_id": args.session, "version": version, "new_version": written, **summary.to_dict()})
         return 0
-    state = "new version" if written else "unchanged"
-    print(f"{args.session}: summary v{latest['summary_version']} ({state})")
-    print(latest["summary_overview"])
+    print(f"{args.session}: summary v{version} ({'new version' if written else 'unchanged'})")
+    print(summary.to_markdown())
     return 0
 
 
@@ -393,6 +390,26 @@ def cmd_compact(args: argparse.Namespace) -> int:
     print(render_stats_box(result))
     for message in result.context():
         print(f"\n[{message.role}] {message.text}")
+    return 0
+
+
+def cmd_hook(args: argparse.Namespace) -> int:
+    """Claude Code's SessionStart hook: the recap of this project's previous session as added context.
+
+    Never blocks the agent: any failure (no warehouse yet, no earlier session, bad payload) prints nothing and
+    exits 0."""
+    try:
+        payload = json.loads(sys.stdin.read() or "{}")
+        from sessionmem_pipeline.client import SessionMemory
+
+        memory = SessionMemory(settings=_settings(args))
+        cwd = payload.get("cwd") or str(Path.cwd())
+        previous = memory.latest_session(project=Path(cwd).name, exclude=payload.get("session_id"))
+        recap = memory.recap(session_id=previous["session_id"], budget=args.budget)
+    except Exception:  # noqa: BLE001 (a hook must never break the session it runs in)
+        return 0
+    context = f"Recap of the previous session in this project ({previous['session_id']}):\n\n{recap.text}"
+    print(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}}))
     return 0
 
 
@@ -498,6 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
     history = command("history", cmd_history, "a session as its summaries plus the messages after them")
     history.add_argument("session")
     history.add_argument("--full", action="store_true", help="every summary version and every message")
+    hook = command("hook", cmd_hook, "agent hooks: `session-start` prints the previous session's recap", json_flag=False)
+    hook.add_argument("event", choices=("session-start",))
+    hook.add_argument("--budget", type=int, default=800)
     command("mcp", cmd_mcp, "serve the agent tools over MCP (stdio)", json_flag=False)
     sessions = command("sessions", cmd_sessions, "list sessions")
     sessions.add_argument("--project")

@@ -440,8 +440,12 @@ class SessionMemory:
         """The recap of the given session, or of the latest top-level session (of `project`): what was being
         done, the plan and unfinished work, each line citing its message ids."""
         from sessionmem_pipeline.core.recap import recap_session
-        from sessionmem_pipeline.providers import chat_model_from_settings
 
+        llm = None
+        if self.settings.llm_enabled:  # importing the openai package costs half a second: only when needed
+            from sessionmem_pipeline.providers import chat_model_from_settings
+
+            llm = chat_model_from_settings(self.settings)
         reader = Snapshot(self.connection())
         session = self.latest_session(session_id=session_id, project=project)
         sid = session["session_id"]
@@ -460,11 +464,43 @@ class SessionMemory:
             memory_vectors=[m["embedding"] for m in memories],
             earlier_summary_vectors=[e["embedding"] for e in earlier],
             budget=budget,
-            llm=chat_model_from_settings(self.settings),
+            llm=llm,
         )
 
-    def latest_session(self, *, session_id: str | None = None, project: str | None = None) -> dict[str, Any]:
-        """The session row asked for, else the most recent top-level session (of `project`)."""
+    # -- the agent tools that change memory (issue 10): through the pipeline's own writer lock or inbox --
+
+    def summarize_session(self, session_id: str, *, incremental: bool = True) -> dict[str, Any]:
+        """Summarize a session now: incremental by default, `incremental=False` rebuilds from the start."""
+        from sessionmem_pipeline.stages.run import summarize_now
+
+        version, summary, _, _ = summarize_now(self.settings, session_id, full=not incremental, lock_timeout=60)
+        return {
+            "summary": summary.to_dict(),
+            "version": version,
+            "is_incremental": summary.is_incremental,
+            "messages_processed": summary.messages_processed,
+        }
+
+    def get_history(self, session_id: str, *, include_summaries: bool = True) -> dict[str, Any]:
+        """A session's messages (collapsed, redacted) and, optionally, every summary version."""
+        from sessionmem_pipeline.status import session_history
+
+        history = session_history(self.settings, session_id, full=True)
+        if not include_summaries:
+            history.pop("summaries")
+        return history
+
+    def remember(self, content: str, *, importance: float | None = None, session_id: str | None = None) -> dict:
+        """Store a curated memory; it is searchable with `search_memories` after the next pipeline run."""
+        from sessionmem_pipeline.stages.memories import remember
+
+        return remember(self.warehouse, content, importance=importance, session_id=session_id)
+
+    def latest_session(
+        self, *, session_id: str | None = None, project: str | None = None, exclude: str | None = None
+    ) -> dict[str, Any]:
+        """The session row asked for, else the most recent top-level session (of `project`, other than
+        `exclude`, the session that is starting now)."""
         reader = Snapshot(self.connection())
         if session_id:
             row = reader.session_row(session_id)
@@ -473,8 +509,9 @@ class SessionMemory:
             return row
         rows = reader.query(
             """SELECT * FROM sessions WHERE parent_session_id IS NULL AND (? IS NULL OR project = ?)
+                 AND session_id IS DISTINCT FROM ?
                ORDER BY coalesce(ended_at, started_at) DESC NULLS LAST, session_id LIMIT 1""",
-            [project, project],
+            [project, project, exclude],
         )
         if not rows:
             raise ValueError(f"no sessions{' in project ' + repr(project) if project else ''} in {self.warehouse}")

@@ -21,7 +21,9 @@ INSTRUCTIONS = """Long-term memory of past conversations and agent sessions.
 - search_sessions: find which past sessions were about a subject (by their summaries).
 - recall: the best of both for a broad question: top sessions first, then the passages inside them.
 - search_memories: facts an agent explicitly chose to remember.
-- recap: what the previous session was doing and what it left unfinished, to continue work."""
+- recap: what the previous session was doing and what it left unfinished, to continue work.
+- get_history: read a whole session; summarize_session: its structured summary now.
+- remember: keep a fact for later sessions (found by search_memories)."""
 
 
 def _payload(results: list[Any]) -> str:
@@ -29,7 +31,7 @@ def _payload(results: list[Any]) -> str:
 
 
 def build_server(memory: SessionMemory) -> MCPServer:
-    """The MCP server with the five read-only tools over `memory`."""
+    """The MCP server with the agent tools over `memory`."""
     server = MCPServer(name="sessionmem", instructions=INSTRUCTIONS)
 
     @server.tool(
@@ -136,6 +138,37 @@ def build_server(memory: SessionMemory) -> MCPServer:
             },
             ensure_ascii=False,
         )
+
+    @server.tool(
+        name="summarize_session",
+        description=(
+            "Summarize one session now (structured: overview, decisions, files, tools, open items). Incremental by "
+            "default (only messages after the last summary); incremental=false rebuilds from the start."
+        ),
+    )
+    def summarize_session(session_id: str, incremental: bool = True) -> str:
+        return json.dumps({"note": QUOTED, **memory.summarize_session(session_id, incremental=incremental)},
+                          ensure_ascii=False, default=str)
+
+    @server.tool(
+        name="get_history",
+        description="A session's messages in order (tool calls collapsed, secrets redacted), optionally with its "
+        "summary versions. Use to read a whole session once search found it.",
+    )
+    def get_history(session_id: str, include_summaries: bool = True) -> str:
+        history = memory.get_history(session_id, include_summaries=include_summaries)
+        return json.dumps({"note": QUOTED, **history}, ensure_ascii=False, default=str)
+
+    @server.tool(
+        name="remember",
+        description=(
+            "Store a fact worth keeping across sessions (a decision, a preference, a gotcha). importance 0..1; "
+            "session_id links it to a session. search_memories finds it after the next index run."
+        ),
+    )
+    def remember(content: str, importance: float | None = None, session_id: str | None = None) -> str:
+        entry = memory.remember(content, importance=importance, session_id=session_id)
+        return json.dumps({"stored": entry["id"], "searchable_after": "the next `sessionmem index` or Dagster run"})
 
     return server
 

@@ -54,7 +54,7 @@ def backfill_request(
 def _memory_stats(settings: Settings) -> dict[str, list[int]]:
     return {
         f"memories:{path}": [stat.size, stat.mtime_ns]
-        for path in find_memory_files(settings.sources)
+        for path in find_memory_files(settings.sources, settings.warehouse)
         if (stat := file_stat(path)) is not None
     }
 

@@ -9,8 +9,10 @@ writer) picks it up on its next run.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sessionmem_pipeline.core.formats.source import parse_timestamp
@@ -28,8 +30,39 @@ class MemoryOutcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def find_memory_files(roots: Sequence[Path]) -> list[Path]:
-    return sorted(p for root in roots if Path(root).is_dir() for p in Path(root).rglob(MEMORIES_FILE))
+def memory_inbox(warehouse: Path) -> Path:
+    """Where `remember` appends: beside the warehouse, because source roots are only ever read."""
+    return Path(warehouse).with_name(MEMORIES_FILE)
+
+
+def find_memory_files(roots: Sequence[Path], warehouse: Path | None = None) -> list[Path]:
+    """Memories files in the source roots, and the inbox beside the warehouse."""
+    found = {p for root in roots if Path(root).is_dir() for p in Path(root).rglob(MEMORIES_FILE)}
+    if warehouse is not None and memory_inbox(warehouse).is_file():
+        found.add(memory_inbox(warehouse))
+    return sorted(found)
+
+
+def remember(
+    warehouse: Path, content: str, *, importance: float | None = None, session_id: str | None = None
+) -> dict:
+    """Append a memory to the inbox (no lock on the warehouse needed); the next pipeline run indexes it."""
+    if not content.strip():
+        raise ValueError("a memory needs some content")
+    if importance is not None and not 0 <= importance <= 1:
+        raise ValueError(f"importance must be between 0 and 1, got {importance}")
+    entry = {
+        "id": f"mem-{uuid.uuid4().hex[:12]}",
+        "content": content.strip(),
+        "timestamp": datetime.now(UTC).isoformat(),
+        "session_id": session_id,
+        "importance": importance,
+    }
+    inbox = memory_inbox(warehouse)
+    inbox.parent.mkdir(parents=True, exist_ok=True)
+    with open(inbox, "a", encoding="utf-8") as handle:  # one write of one line: appends never interleave
+        handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
+    return entry
 
 
 def parse_memories(path: Path) -> tuple[list[dict], list[str]]:
@@ -63,10 +96,10 @@ def parse_memories(path: Path) -> tuple[list[dict], list[str]]:
 
 
 def ingest_memories(wh: Warehouse, roots: Sequence[Path], embedder: Embedder) -> MemoryOutcome:
-    """Replace the stored memories with those in the roots' memories files, embedding only new texts."""
+    """Replace the stored memories with those in the memories files, embedding only new texts."""
     outcome = MemoryOutcome()
     rows: list[dict] = []
-    for path in find_memory_files(roots):
+    for path in find_memory_files(roots, wh.path):
         memories, warnings = parse_memories(path)
         outcome.files += 1
         outcome.warnings += warnings

@@ -17,7 +17,13 @@ from sessionmem_pipeline.stages.discover import SourceFile, discover
 from sessionmem_pipeline.stages.embed import chunk_limits, embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file
 from sessionmem_pipeline.stages.memories import ingest_memories
-from sessionmem_pipeline.stages.summaries import due, embed_missing_summaries, pending, summarize_sessions
+from sessionmem_pipeline.stages.summaries import (
+    due,
+    embed_missing_summaries,
+    latest_summary,
+    pending,
+    summarize_sessions,
+)
 from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
 from sessionmem_pipeline.stages.transform import chunk_sessions, collapse_sessions
 from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, snapshot_path, to_json, writer_lock
@@ -246,10 +252,10 @@ def reembed(settings: Settings, *, embedder: Embedder | None = None, progress: P
     return report
 
 
-def summarize_now(settings: Settings, session_id: str, *, full: bool = False) -> int:
-    """`sessionmem summarize`: one session's summary now (a new version only if its input changed); the version
-    count written (0 or 1)."""
-    with writer_lock(settings.warehouse, holder="sessionmem summarize"):
+def summarize_now(settings: Settings, session_id: str, *, full: bool = False, lock_timeout: float = 600.0):
+    """`sessionmem summarize` / the `summarize_session` tool: one session's summary now (a new version only if its
+    input changed). Returns (version, summary, written, fallback error or None)."""
+    with writer_lock(settings.warehouse, holder="sessionmem summarize", timeout=lock_timeout):
         with Warehouse(settings.warehouse) as wh:
             if wh.session_row(session_id) is None:
                 raise ValueError(f"no session {session_id!r} in {settings.warehouse}")
@@ -262,8 +268,8 @@ def summarize_now(settings: Settings, session_id: str, *, full: bool = False) ->
             )
             if outcome.versions_written:
                 refresh_search_index(wh)
+            version, summary = latest_summary(wh, session_id)
         if outcome.versions_written:
             publish_snapshot(settings.warehouse)
-    for warning in outcome.llm_fallbacks:
-        raise ValueError(f"the chat model failed, the extractive summary was used: {warning}")
-    return outcome.versions_written
+    fallback = outcome.llm_fallbacks[0] if outcome.llm_fallbacks else None
+    return version, summary, bool(outcome.versions_written), fallback
