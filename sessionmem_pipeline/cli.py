@@ -23,6 +23,7 @@ from sessionmem_pipeline.config import (
     load_settings,
     render_config_file,
 )
+from sessionmem_pipeline.core.errors import SessionMemoryError
 from sessionmem_pipeline.warehouse import WarehouseError
 
 
@@ -99,6 +100,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     if missing:
         raise CommandError(f"source folder not found: {', '.join(missing)}")
     since = _parse_date(args.since, settings) if args.since else None
+    if args.validate_only:
+        return _print_validation(roots, settings, since, args.json)
     report = index_sources(
         settings,
         sources=sources,
@@ -136,6 +139,23 @@ def cmd_reembed(args: argparse.Namespace) -> int:
             f"re-embedded {report.embedded + report.embeddings_cached} chunks ({report.embedded} computed, "
             f"{report.embeddings_cached} from the cache, {report.embedding_failures} failed) in {report.seconds:.1f}s"
         )
+    return 0
+
+
+def _print_validation(roots: list[Path], settings: Settings, since: datetime | None, as_json: bool) -> int:
+    from sessionmem_pipeline.stages.run import validate_sources
+
+    reports = validate_sources(roots, max_bad_share=settings["validation.max_bad_line_share"], since=since)
+    if as_json:
+        _print_json({"files": reports})
+        return 0
+    for report in reports:
+        state = "valid" if report["valid"] else f"INVALID ({report.get('quarantine_reason')})"
+        print(f"{report['path']}: {state}, {report['format'] or 'unknown format'}, {len(report['warnings'])} warnings")
+        for line in report["errors"] + report["warnings"][:5]:
+            print(f"  {line}")
+    invalid = sum(not r["valid"] for r in reports)
+    print(f"{len(reports)} files, {invalid} invalid; nothing was written")
     return 0
 
 
@@ -480,6 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--source", action="append", help="a source root (repeatable; default: configured sources)")
     index.add_argument("--session", help="only the file holding this session id")
     index.add_argument("--full", action="store_true", help="re-index everything, unchanged files too")
+    index.add_argument("--validate-only", action="store_true", help="print each file's validation report; write nothing")
     index.add_argument("--since", help="only files written on or after this date (a first import of a long history)")
     command("reembed", cmd_reembed, "re-embed every chunk with the configured embedding model")
     command("status", cmd_status, "sessions, messages, chunks, quarantined files, last run, search metrics")
@@ -533,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader (head, less) went away: not an error
         sys.stderr.close()
         return 0
-    except (CommandError, ConfigError, WarehouseError, ValueError, OSError) as exc:
+    except (CommandError, ConfigError, WarehouseError, SessionMemoryError, ValueError, OSError) as exc:
         print(f"sessionmem {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -60,7 +60,8 @@ DEFAULTS: dict[str, Any] = {
     "search.rrf_k": 60,
     "search.vector_weight": 1.0,
     "search.bm25_weight": 1.0,
-    "dagster.max_partitions_per_run": 200,
+    "sensors.files_interval_minutes": 1.0,
+    "sensors.summaries_interval_minutes": 5.0,
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "embedding.provider": ("local", "openai"),

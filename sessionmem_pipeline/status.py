@@ -17,7 +17,11 @@ from sessionmem_pipeline.stages.discover import discover
 from sessionmem_pipeline.warehouse import (
     SCHEMA_VERSION,
     Snapshot,
+    Warehouse,
     WarehouseError,
+    clear_storage_error,
+    read_storage_error,
+    writer_lock,
     open_reader,
     search_log_path,
     snapshot_path,
@@ -115,6 +119,13 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
     """OK, DEGRADED (works, with problems worth a look) or ERROR (search cannot work), with reasons."""
     errors: list[str] = []
     problems: list[str] = []
+    paused = read_storage_error(settings.warehouse)
+    if paused:
+        recovered, reason = try_recover(settings.warehouse)
+        if not recovered:
+            return "ERROR", [f"STORAGE_ERROR at {paused['time']} in {paused['where']}: {paused['error']}; "
+                             f"indexing is paused ({reason})"]
+        problems.append(f"recovered from the storage error of {paused['time']}: indexing resumes")
     try:
         conn = open_reader(settings.warehouse)
     except WarehouseError as exc:
@@ -156,6 +167,18 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
     if errors:
         return "ERROR", errors + problems
     return ("DEGRADED" if problems else "OK"), problems
+
+
+def try_recover(warehouse: Path) -> tuple[bool, str]:
+    """After a storage error: can the warehouse be opened and written again? If so, lift the pause."""
+    try:
+        with writer_lock(warehouse, timeout=5, holder="sessionmem health"), Warehouse(warehouse) as wh:
+            with wh.transaction():
+                wh.set_meta("last_health_write", datetime.now(UTC).isoformat())
+    except (duckdb.Error, WarehouseError) as exc:
+        return False, f"still failing: {exc}"
+    clear_storage_error(warehouse)
+    return True, "writable again"
 
 
 def files_changed_since(settings: Settings, moment: datetime | None) -> int:

@@ -176,6 +176,46 @@ def search_log_path(warehouse: Path) -> Path:
     return warehouse.with_name("search-log.jsonl")
 
 
+def storage_error_path(warehouse: Path) -> Path:
+    """The pause marker: present while the last write failed (spec 001: storage errors pause indexing)."""
+    return warehouse.with_name(f"{warehouse.stem}.storage-error.json")
+
+
+def record_storage_error(warehouse: Path, error: BaseException, where: str) -> None:
+    marker = {"time": datetime.now(UTC).isoformat(), "where": where, "error": f"{type(error).__name__}: {error}"}
+    warehouse.parent.mkdir(parents=True, exist_ok=True)
+    storage_error_path(warehouse).write_text(json.dumps(marker), encoding="utf-8")
+
+
+def read_storage_error(warehouse: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(storage_error_path(warehouse).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def clear_storage_error(warehouse: Path) -> None:
+    storage_error_path(warehouse).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def storage_guard(warehouse: Path, where: str) -> Iterator[None]:
+    """Turn a failed write into a recorded STORAGE_ERROR that pauses indexing (transactions roll back)."""
+    from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
+
+    try:
+        yield
+    except (duckdb.Error, WarehouseError) as exc:
+        if isinstance(exc, WarehouseBusyError):
+            raise
+        record_storage_error(warehouse, exc, where)
+        raise SessionMemoryError(
+            ErrorType.STORAGE_ERROR,
+            f"{warehouse}: {exc}; indexing is paused until `sessionmem health` finds the warehouse writable",
+            {"where": where},
+        ) from exc
+
+
 def _lock_path(warehouse: Path) -> Path:
     return warehouse.with_name(f"{warehouse.name}.lock")
 

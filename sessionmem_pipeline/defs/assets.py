@@ -23,7 +23,7 @@ from sessionmem_pipeline.stages.memories import ingest_memories
 from sessionmem_pipeline.stages.summaries import summarize_sessions
 from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
 from sessionmem_pipeline.stages.transform import chunk_sessions, collapse_sessions
-from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, writer_lock
+from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, storage_guard, writer_lock
 
 warnings.filterwarnings("ignore", category=dg.BetaWarning)  # backfill_policy is beta in Dagster 1.13
 
@@ -33,7 +33,8 @@ BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=200)
 @contextlib.contextmanager
 def _warehouse(sessionmem: SessionmemResource, context: dg.AssetExecutionContext) -> Iterator[Warehouse]:
     settings = sessionmem.settings()
-    with writer_lock(settings.warehouse, holder=f"dagster run {context.run.run_id}"):
+    holder = f"dagster run {context.run.run_id}"
+    with writer_lock(settings.warehouse, holder=holder), storage_guard(settings.warehouse, context.asset_key.to_user_string()):
         with Warehouse(settings.warehouse) as wh:
             yield wh
 
@@ -247,10 +248,10 @@ def search_index(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
     """Orphans removed, BM25 rebuilt, HNSW compacted, and the reader snapshot published."""
     started = time.perf_counter()
     settings = sessionmem.settings()
+    with _warehouse(sessionmem, context) as wh:
+        orphans = remove_orphans(wh, settings.sources)
+        outcome = refresh_search_index(wh)
     with writer_lock(settings.warehouse, holder=f"dagster run {context.run.run_id}"):
-        with Warehouse(settings.warehouse) as wh:
-            orphans = remove_orphans(wh, settings.sources)
-            outcome = refresh_search_index(wh)
         snapshot = publish_snapshot(settings.warehouse)
     return dg.MaterializeResult(
         metadata={

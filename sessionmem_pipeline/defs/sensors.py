@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import dagster as dg
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 
-from sessionmem_pipeline.config import Settings
+from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.changes import stat_changed
 from sessionmem_pipeline.defs.assets import (
     chunk_embeddings,
@@ -30,8 +30,9 @@ from sessionmem_pipeline.defs.resources import SessionmemResource
 from sessionmem_pipeline.stages.discover import discover, file_stat
 from sessionmem_pipeline.stages.memories import find_memory_files
 from sessionmem_pipeline.stages.summaries import due, pending
-from sessionmem_pipeline.warehouse import open_reader, snapshot_path
+from sessionmem_pipeline.warehouse import open_reader, read_storage_error, snapshot_path
 
+SENSOR_SETTINGS = load_settings()  # intervals are fixed when Dagster loads the definitions (spec 000 cron interval)
 INDEX_ASSETS = [raw_messages, collapsed_messages, chunks, chunk_embeddings]
 
 
@@ -61,12 +62,15 @@ def _memory_stats(settings: Settings) -> dict[str, list[int]]:
 
 @dg.sensor(
     asset_selection=dg.AssetSelection.assets(*INDEX_ASSETS, memories, search_index),
-    minimum_interval_seconds=60,
+    minimum_interval_seconds=int(SENSOR_SETTINGS["sensors.files_interval_minutes"] * 60),
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def session_files_sensor(context: dg.SensorEvaluationContext, sessionmem: SessionmemResource) -> dg.SensorResult:
     """Finds session files under the configured roots that are new, changed or gone since the last tick."""
     settings = sessionmem.settings()
+    paused = read_storage_error(settings.warehouse)
+    if paused:
+        return dg.SensorResult(skip_reason=f"paused after a storage error ({paused['error']}); run `sessionmem health`")
     remembered: dict[str, list] = json.loads(context.cursor) if context.cursor else {}
     current = {f.partition_key: f for f in discover(settings.sources)}
 
@@ -99,13 +103,15 @@ def session_files_sensor(context: dg.SensorEvaluationContext, sessionmem: Sessio
 
 @dg.sensor(
     asset_selection=dg.AssetSelection.assets(session_summaries, search_index),
-    minimum_interval_seconds=300,
+    minimum_interval_seconds=int(SENSOR_SETTINGS["sensors.summaries_interval_minutes"] * 60),
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def summary_due_sensor(context: dg.SensorEvaluationContext, sessionmem: SessionmemResource) -> dg.SensorResult:
     """Sessions idle for `summaries.idle_minutes` with unsummarized messages, or with `summaries.message_threshold`
     new messages, from the published snapshot (never the live file); one backfill for all of them."""
     settings = sessionmem.settings()
+    if read_storage_error(settings.warehouse):
+        return dg.SensorResult(skip_reason="paused after a storage error; run `sessionmem health`")
     snapshot = snapshot_path(settings.warehouse)
     if not settings["summaries.enabled"] or not snapshot.exists():
         return dg.SensorResult(skip_reason="summaries are off, or nothing is indexed yet")

@@ -60,8 +60,16 @@ def ingest_file(
         outcome.format = row["format"] if row else None
         return outcome
 
-    with open(source.path, "rb") as handle:
-        data = handle.read()
+    try:
+        with open(source.path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:  # deleted between discovery and reading: the next run removes it
+        outcome.decision = changes.UNCHANGED
+        return outcome
+    except OSError as exc:
+        _quarantine(wh, source, "unreadable", [f"{source.path}: cannot read: {exc.strerror or exc}"], "", 0)
+        outcome.quarantine_reason = "unreadable"
+        return outcome
     sha256 = changes.sha256_bytes(data)
     if not full and row is None and wh.quarantined_sha256(source.path) == sha256:
         outcome.decision = changes.UNCHANGED  # still the same broken file: nothing new to say

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core import changes
+from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
+from sessionmem_pipeline.core.formats import validate_file
 from sessionmem_pipeline.providers import Embedder, chat_model_from_settings, embedder_from_settings
 from sessionmem_pipeline.stages.discover import SourceFile, discover
 from sessionmem_pipeline.stages.embed import chunk_limits, embed_sessions
@@ -26,7 +28,14 @@ from sessionmem_pipeline.stages.summaries import (
 )
 from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
 from sessionmem_pipeline.stages.transform import chunk_sessions, collapse_sessions
-from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, snapshot_path, to_json, writer_lock
+from sessionmem_pipeline.warehouse import (
+    Warehouse,
+    publish_snapshot,
+    snapshot_path,
+    storage_guard,
+    to_json,
+    writer_lock,
+)
 
 Progress = Callable[[str, int, int], None]
 """progress(stage, done, total)"""
@@ -53,6 +62,7 @@ class IndexReport:
     memories: int = 0
     memories_embedded: int = 0
     warnings: list[str] = field(default_factory=list)
+    errors: list[dict] = field(default_factory=list)  # typed (core/errors.py): type, message, recoverable
     seconds: float = 0.0
     snapshot: str | None = None
 
@@ -106,7 +116,7 @@ def index_sources(
     report = IndexReport(run_id=f"cli-{uuid.uuid4().hex[:12]}")
     roots = list(sources) if sources else list(settings.sources)
     tick = progress or (lambda stage, done, total: None)
-    with writer_lock(settings.warehouse, holder="sessionmem index"):
+    with writer_lock(settings.warehouse, holder="sessionmem index"), storage_guard(settings.warehouse, "index"):
         with Warehouse(settings.warehouse) as wh:
             started_at = datetime.now(UTC)
             files = _select(discover(roots, since=since), wh, session)
@@ -148,6 +158,9 @@ def index_sources(
             embedding = embed_sessions(wh, all_sessions, embedder, progress=embedded)
             report.embedded, report.embeddings_cached = embedding.embedded, embedding.cached
             report.embedding_failures = embedding.failed
+            if embedding.failed:
+                message = f"{embedding.failed} chunks could not be embedded; they are retried on the next run"
+                report.errors.append(SessionMemoryError(ErrorType.EMBEDDING_FAILED, message).as_dict())
 
             if settings["summaries.enabled"]:
                 ready = due(
@@ -187,8 +200,11 @@ def _record(report: IndexReport, outcome: IngestOutcome) -> None:
         found["sessions"] += len(outcome.session_ids)
         found["messages"] += outcome.messages_written
     report.warnings += outcome.warnings
+    report.errors += [SessionMemoryError(ErrorType.PARSE_ERROR, w).as_dict() for w in outcome.warnings]
     if outcome.quarantine_reason:
         report.quarantined.append({"path": outcome.path, "reason": outcome.quarantine_reason})
+        message = f"{outcome.path}: quarantined: {outcome.quarantine_reason}"
+        report.errors.append(SessionMemoryError(ErrorType.VALIDATION_ERROR, message).as_dict())
 
 
 def _record_run(wh: Warehouse, report: IndexReport, started_at: datetime, trigger: str) -> None:
@@ -223,7 +239,7 @@ def reembed(settings: Settings, *, embedder: Embedder | None = None, progress: P
     report = IndexReport(run_id=f"reembed-{uuid.uuid4().hex[:12]}")
     embedder = embedder or embedder_from_settings(settings)
     tick = progress or (lambda stage, done, total: None)
-    with writer_lock(settings.warehouse, holder="sessionmem reembed"):
+    with writer_lock(settings.warehouse, holder="sessionmem reembed"), storage_guard(settings.warehouse, "reembed"):
         with Warehouse(settings.warehouse) as wh:
             started_at = datetime.now(UTC)
             wh.ensure_embedding_table(embedder.model_id, embedder.dimensions, reset=True)
@@ -255,7 +271,10 @@ def reembed(settings: Settings, *, embedder: Embedder | None = None, progress: P
 def summarize_now(settings: Settings, session_id: str, *, full: bool = False, lock_timeout: float = 600.0):
     """`sessionmem summarize` / the `summarize_session` tool: one session's summary now (a new version only if its
     input changed). Returns (version, summary, written, fallback error or None)."""
-    with writer_lock(settings.warehouse, holder="sessionmem summarize", timeout=lock_timeout):
+    with (
+        writer_lock(settings.warehouse, holder="sessionmem summarize", timeout=lock_timeout),
+        storage_guard(settings.warehouse, "summarize"),
+    ):
         with Warehouse(settings.warehouse) as wh:
             if wh.session_row(session_id) is None:
                 raise ValueError(f"no session {session_id!r} in {settings.warehouse}")
@@ -273,3 +292,29 @@ def summarize_now(settings: Settings, session_id: str, *, full: bool = False, lo
             publish_snapshot(settings.warehouse)
     fallback = outcome.llm_fallbacks[0] if outcome.llm_fallbacks else None
     return version, summary, bool(outcome.versions_written), fallback
+
+
+def validate_sources(roots: Sequence[Path], *, max_bad_share: float, since: datetime | None = None) -> list[dict]:
+    """`index --validate-only`: each file's validation report (spec 001), reading sources and writing nothing."""
+    reports = []
+    for source in discover(roots, since=since):
+        try:
+            with open(source.path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            reports.append({"path": source.path, "valid": False, "format": None, "errors": [str(exc)], "warnings": []})
+            continue
+        report = validate_file(source.path, source.root, data, max_bad_share=max_bad_share)
+        reports.append(
+            {
+                "path": source.path,
+                "valid": report.valid,
+                "format": report.format,
+                "quarantine_reason": report.quarantine_reason,
+                "lines": report.lines,
+                "bad_lines": report.bad_lines,
+                "errors": list(report.errors),
+                "warnings": list(report.warnings),
+            }
+        )
+    return reports
