@@ -240,23 +240,32 @@ def highlight(text: str, query: str, enabled: bool) -> str:
     return pattern.sub(lambda m: f"\033[1m{m.group(0)}\033[0m", text)
 
 
-def _print_results(results: Sequence[Any], as_json: bool, query: str = "") -> None:
+def _print_listing(results: Sequence[Any], as_json: bool, show: Callable[[int, Any], None]) -> None:
+    """`{"results": [...]}` for machines; numbered entries (or "no results") for people."""
     if as_json:
         _print_json({"results": [r.to_dict() for r in results]})
         return
     if not results:
         print("no results")
     for number, result in enumerate(results, start=1):
-        when = result.timestamp.strftime("%Y-%m-%d %H:%M") if result.timestamp else "?"
-        ids = ", ".join(result.message_ids[:4]) + (" …" if len(result.message_ids) > 4 else "")
-        print(f"{number}. [{result.score:.4f}] {result.session_id} ({result.project}) {when}  messages: {ids}")
-        if result.topics:
-            print(f"   topics: {', '.join(result.topics)}")
-        print(f"   {result.context}")
-        bold = sys.stdout.isatty()
-        for line in result.content.splitlines()[:8]:
-            print(f"   | {highlight(line, query, bold)}")
-        print()
+        show(number, result)
+
+
+def _print_results(results: Sequence[Any], as_json: bool, query: str = "") -> None:
+    _print_listing(results, as_json, lambda number, result: _show_chunk(number, result, query))
+
+
+def _show_chunk(number: int, result: Any, query: str) -> None:
+    when = result.timestamp.strftime("%Y-%m-%d %H:%M") if result.timestamp else "?"
+    ids = ", ".join(result.message_ids[:4]) + (" …" if len(result.message_ids) > 4 else "")
+    print(f"{number}. [{result.score:.4f}] {result.session_id} ({result.project}) {when}  messages: {ids}")
+    if result.topics:
+        print(f"   topics: {', '.join(result.topics)}")
+    print(f"   {result.context}")
+    bold = sys.stdout.isatty()
+    for line in result.content.splitlines()[:8]:
+        print(f"   | {highlight(line, query, bold)}")
+    print()
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -293,19 +302,15 @@ def cmd_search_sessions(args: argparse.Namespace) -> int:
 
     memory = SessionMemory(settings=_settings(args))
     filters = {k: v for k, v in _filter_kwargs(args).items() if k in ("after", "before", "project", "session_id", "topics")}
-    results = memory.search_sessions(args.query, limit=args.limit, **filters)
-    if args.json:
-        _print_json({"results": [r.to_dict() for r in results]})
-        return 0
-    if not results:
-        print("no results")
-    for n, r in enumerate(results, start=1):
+    def show(n: int, r: Any) -> None:
         span = f"{r.started_at:%Y-%m-%d %H:%M}" if r.started_at else "?"
         print(f"{n}. [{r.score:.4f}] {r.session_id} ({r.project}) {span}, {r.message_count} messages, v{r.version}")
         print(f"   {r.summary}")
         if r.decisions:
             print(f"   decisions: {'; '.join(r.decisions[:3])}")
         print()
+
+    _print_listing(memory.search_sessions(args.query, limit=args.limit, **filters), args.json, show)
     return 0
 
 
@@ -322,13 +327,7 @@ def cmd_memories(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.client import SessionMemory
 
     results = SessionMemory(settings=_settings(args)).search_memories(args.query, limit=args.limit)
-    if args.json:
-        _print_json({"results": [r.to_dict() for r in results]})
-        return 0
-    if not results:
-        print("no results")
-    for n, r in enumerate(results, start=1):
-        print(f"{n}. [{r.score:.4f}] {r.memory_id}: {r.content}")
+    _print_listing(results, args.json, lambda n, r: print(f"{n}. [{r.score:.4f}] {r.memory_id}: {r.content}"))
     return 0
 
 

@@ -68,36 +68,47 @@ class Filters:
     session_id: str | None = None
     timezone: str = field(default="UTC", compare=False)
 
-    def chunk_sql(self, alias: str = "c") -> tuple[str, list[Any]]:
+    def _span_and_scope(self, start: str, end: str, alias: str) -> tuple[list[str], list[Any]]:
+        """after/before against the given columns, and project, session_id, topics: what chunks and sessions share."""
         clauses: list[str] = []
         params: list[Any] = []
-        if self.after is not None:
-            clauses.append(f"{alias}.ts_start >= ?")
-            params.append(parse_moment(self.after, self.timezone))
-        if self.before is not None:
-            clauses.append(f"{alias}.ts_start < ?")
-            params.append(parse_moment(self.before, self.timezone))
-        if self.speaker:
-            clauses.append(f"list_contains(list_transform({alias}.speakers, s -> lower(s)), lower(?))")
-            params.append(self.speaker)
-        if self.role:
-            clauses.append(f"list_contains({alias}.roles, ?)")
-            params.append(self.role)
+        for value, clause in (
+            (self.after, f"{end} >= ?"),
+            (self.before, f"{start} < ?"),
+        ):
+            if value is not None:
+                clauses.append(clause)
+                params.append(parse_moment(value, self.timezone))
+        for value, clause in ((self.project, f"{alias}.project = ?"), (self.session_id, f"{alias}.session_id = ?")):
+            if value:
+                clauses.append(clause)
+                params.append(value)
         if self.topics:
             clauses.append(f"list_has_any({alias}.topics, ?::VARCHAR[])")
             params.append([t.lower() for t in self.topics])
-        if self.has_decision is not None:
-            clauses.append(f"{alias}.has_decision = ?")
-            params.append(self.has_decision)
-        if self.has_action is not None:
-            clauses.append(f"{alias}.has_action = ?")
-            params.append(self.has_action)
-        if self.project:
-            clauses.append(f"{alias}.project = ?")
-            params.append(self.project)
-        if self.session_id:
-            clauses.append(f"{alias}.session_id = ?")
-            params.append(self.session_id)
+        return clauses, params
+
+    def chunk_sql(self, alias: str = "c") -> tuple[str, list[Any]]:
+        """WHERE text and parameters selecting chunks (`after` inclusive, `before` exclusive, on the chunk's start)."""
+        clauses, params = self._span_and_scope(f"{alias}.ts_start", f"{alias}.ts_start", alias)
+        if self.speaker:
+            clauses.append(f"list_contains(list_transform({alias}.speakers, s -> lower(s)), lower(?))")
+            params.append(self.speaker)
+        for value, clause in (
+            (self.role, f"list_contains({alias}.roles, ?)"),
+            (self.has_decision, f"{alias}.has_decision = ?"),
+            (self.has_action, f"{alias}.has_action = ?"),
+        ):
+            if value is not None:
+                clauses.append(clause)
+                params.append(value)
+        return (" AND ".join(clauses) or "TRUE"), params
+
+    def session_sql(self, alias: str = "s") -> tuple[str, list[Any]]:
+        """WHERE text selecting sessions: a session matches `after`/`before` when its span overlaps them."""
+        clauses, params = self._span_and_scope(
+            f"{alias}.started_at", f"coalesce({alias}.ended_at, {alias}.started_at)", alias
+        )
         return (" AND ".join(clauses) or "TRUE"), params
 
 
@@ -324,7 +335,7 @@ class SessionMemory:
 
     def _rank_sessions(self, query: str, limit: int, filters: Filters) -> list[SessionResult]:
         conn = self.connection()
-        where, params = session_filter_sql(filters)
+        where, params = filters.session_sql()
         latest = f"""FROM session_summaries v JOIN sessions s
                      ON s.session_id = v.session_id AND s.summary_version = v.version WHERE {where}"""
         try:
@@ -601,24 +612,3 @@ class MemoryResult:
         data["timestamp"] = self.timestamp.isoformat() if self.timestamp else None
         return data
 
-
-def session_filter_sql(filters: Filters, alias: str = "s") -> tuple[str, list[Any]]:
-    """The filters that describe a session: a session matches `after`/`before` when its span overlaps them."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if filters.after is not None:
-        clauses.append(f"coalesce({alias}.ended_at, {alias}.started_at) >= ?")
-        params.append(parse_moment(filters.after, filters.timezone))
-    if filters.before is not None:
-        clauses.append(f"{alias}.started_at < ?")
-        params.append(parse_moment(filters.before, filters.timezone))
-    if filters.project:
-        clauses.append(f"{alias}.project = ?")
-        params.append(filters.project)
-    if filters.session_id:
-        clauses.append(f"{alias}.session_id = ?")
-        params.append(filters.session_id)
-    if filters.topics:
-        clauses.append(f"list_has_any({alias}.topics, ?::VARCHAR[])")
-        params.append([t.lower() for t in filters.topics])
-    return (" AND ".join(clauses) or "TRUE"), params

@@ -17,17 +17,28 @@ from sessionmem_pipeline.defs.partitions import WAREHOUSE_POOL, session_partitio
 from sessionmem_pipeline.defs.resources import SessionmemResource
 from sessionmem_pipeline.providers import chat_model_from_settings
 from sessionmem_pipeline.stages.discover import discover
-from sessionmem_pipeline.stages.embed import chunk_limits, embed_sessions
+from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import ingest_file, remove_file
 from sessionmem_pipeline.stages.memories import ingest_memories
 from sessionmem_pipeline.stages.summaries import summarize_sessions
 from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
-from sessionmem_pipeline.stages.transform import chunk_sessions, collapse_sessions
+from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_options, collapse_sessions
 from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, storage_guard, writer_lock
 
 warnings.filterwarnings("ignore", category=dg.BetaWarning)  # backfill_policy is beta in Dagster 1.13
 
 BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=200)
+
+
+def session_asset(**kwargs: object):
+    """An asset with one partition per session file, in the writer pool, batched 200 partitions per run."""
+    return dg.asset(
+        partitions_def=session_partitions,
+        pool=WAREHOUSE_POOL,
+        backfill_policy=BACKFILL_POLICY,
+        kinds={"duckdb"},
+        **kwargs,
+    )
 
 
 @contextlib.contextmanager
@@ -43,12 +54,8 @@ def _sessions(wh: Warehouse, context: dg.AssetExecutionContext) -> list[str]:
     return [s for key in context.partition_keys for s in wh.sessions_of_partition(key)]
 
 
-@dg.asset(
-    partitions_def=session_partitions,
-    pool=WAREHOUSE_POOL,
-    backfill_policy=BACKFILL_POLICY,
+@session_asset(
     group_name="sessions",
-    kinds={"duckdb"},
 )
 def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Canonical messages of each session file: validated, quarantined when unusable, only new lines when grown."""
@@ -88,13 +95,9 @@ def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
     )
 
 
-@dg.asset(
-    partitions_def=session_partitions,
-    pool=WAREHOUSE_POOL,
-    backfill_policy=BACKFILL_POLICY,
+@session_asset(
     deps=[raw_messages],
     group_name="sessions",
-    kinds={"duckdb"},
 )
 def collapsed_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Tool calls collapsed to one narrative line each, secrets redacted (everything downstream reads this)."""
@@ -111,30 +114,18 @@ def collapsed_messages(context: dg.AssetExecutionContext, sessionmem: Sessionmem
     )
 
 
-@dg.asset(
-    partitions_def=session_partitions,
-    pool=WAREHOUSE_POOL,
-    backfill_policy=BACKFILL_POLICY,
+@session_asset(
     deps=[collapsed_messages],
     group_name="sessions",
-    kinds={"duckdb"},
 )
 def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Exchange chunks with topic tags, decision/action flags and the contextual prefix."""
     started = time.perf_counter()
     settings = sessionmem.settings()
-    max_tokens, window = chunk_limits(sessionmem.embedder(), settings["chunking.max_tokens"])
+    options = chunking_options(settings, sessionmem.embedder(), chat_model_from_settings(settings))
     with _warehouse(sessionmem, context) as wh:
         session_ids = _sessions(wh, context)
-        outcome = chunk_sessions(
-            wh,
-            session_ids,
-            max_tokens=max_tokens,
-            timezone=settings.timezone,
-            window=window,
-            max_chunks=settings["chunking.max_chunks"],
-            llm=chat_model_from_settings(settings),
-        )
+        outcome = chunk_sessions(wh, session_ids, **options)
         preview = wh.query(
             "SELECT chunk_index, topics, left(content, 200) AS content FROM chunks "
             "WHERE session_id IN (SELECT unnest(?)) ORDER BY session_id, chunk_index LIMIT 3",
@@ -146,7 +137,7 @@ def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) ->
         metadata={
             "dagster/row_count": outcome.chunks,
             "tokens": outcome.tokens,
-            "max_tokens": max_tokens,
+            "max_tokens": options["max_tokens"],
             "dropped_messages": outcome.dropped_messages,
             "llm_topic_calls": outcome.llm_calls,
             "preview": dg.MetadataValue.md(
@@ -158,13 +149,9 @@ def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) ->
     )
 
 
-@dg.asset(
-    partitions_def=session_partitions,
-    pool=WAREHOUSE_POOL,
-    backfill_policy=BACKFILL_POLICY,
+@session_asset(
     deps=[chunks],
     group_name="sessions",
-    kinds={"duckdb"},
 )
 def chunk_embeddings(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Vectors of each chunk's contextual content, cached by (model, text hash); failures retried next run."""
@@ -186,13 +173,9 @@ def chunk_embeddings(context: dg.AssetExecutionContext, sessionmem: SessionmemRe
     )
 
 
-@dg.asset(
-    partitions_def=session_partitions,
-    pool=WAREHOUSE_POOL,
-    backfill_policy=BACKFILL_POLICY,
+@session_asset(
     deps=[collapsed_messages],
     group_name="summaries",
-    kinds={"duckdb"},
 )
 def session_summaries(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Versioned, incremental summaries of each session (a new version only when its input changed), embedded."""

@@ -16,7 +16,7 @@ from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
 from sessionmem_pipeline.core.formats import validate_file
 from sessionmem_pipeline.providers import Embedder, chat_model_from_settings, embedder_from_settings
 from sessionmem_pipeline.stages.discover import SourceFile, discover
-from sessionmem_pipeline.stages.embed import chunk_limits, embed_sessions
+from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file
 from sessionmem_pipeline.stages.memories import ingest_memories
 from sessionmem_pipeline.stages.summaries import (
@@ -27,7 +27,7 @@ from sessionmem_pipeline.stages.summaries import (
     summarize_sessions,
 )
 from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
-from sessionmem_pipeline.stages.transform import chunk_sessions, collapse_sessions
+from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_options, collapse_sessions
 from sessionmem_pipeline.warehouse import (
     Warehouse,
     publish_snapshot,
@@ -94,6 +94,18 @@ class IndexReport:
         )
 
 
+def _counter(tick: Progress, stage: str, total: int) -> Callable[[int], None]:
+    """A progress callback taking batch sizes, reporting running totals."""
+    done = 0
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        tick(stage, done, total)
+
+    return advance
+
+
 def _select(files: Sequence[SourceFile], wh: Warehouse, session: str | None) -> list[SourceFile]:
     if session is None:
         return list(files)
@@ -131,31 +143,15 @@ def index_sources(
 
             embedder = embedder or embedder_from_settings(settings)
             llm = chat_model_from_settings(settings)
-            max_tokens, window = chunk_limits(embedder, settings["chunking.max_tokens"])
             collapse_sessions(wh, changed)
-            chunked = chunk_sessions(
-                wh,
-                changed,
-                max_tokens=max_tokens,
-                timezone=settings.timezone,
-                window=window,
-                max_chunks=settings["chunking.max_chunks"],
-                llm=llm,
-            )
+            chunked = chunk_sessions(wh, changed, **chunking_options(settings, embedder, llm))
             report.chunks, report.tokens = chunked.chunks, chunked.tokens
             report.warnings += chunked.warnings
 
             all_sessions = [r[0] for r in wh.conn.execute("SELECT session_id FROM sessions").fetchall()]
             to_embed = len(wh.chunks_without_embedding(all_sessions)) if wh.get_meta("embedding_model") else None
             total = to_embed if to_embed is not None else wh.scalar("SELECT count(*) FROM chunks")
-            done_chunks = 0
-
-            def embedded(count: int) -> None:
-                nonlocal done_chunks
-                done_chunks += count
-                tick("embed", done_chunks, total)
-
-            embedding = embed_sessions(wh, all_sessions, embedder, progress=embedded)
+            embedding = embed_sessions(wh, all_sessions, embedder, progress=_counter(tick, "embed", total))
             report.embedded, report.embeddings_cached = embedding.embedded, embedding.cached
             report.embedding_failures = embedding.failed
             if embedding.failed:
@@ -245,14 +241,7 @@ def reembed(settings: Settings, *, embedder: Embedder | None = None, progress: P
             wh.ensure_embedding_table(embedder.model_id, embedder.dimensions, reset=True)
             sessions = [r[0] for r in wh.conn.execute("SELECT session_id FROM sessions").fetchall()]
             total = wh.scalar("SELECT count(*) FROM chunks")
-            done = 0
-
-            def embedded(count: int) -> None:
-                nonlocal done
-                done += count
-                tick("embed", done, total)
-
-            outcome = embed_sessions(wh, sessions, embedder, progress=embedded)
+            outcome = embed_sessions(wh, sessions, embedder, progress=_counter(tick, "embed", total))
             report.embedded, report.embeddings_cached = outcome.embedded, outcome.cached
             report.embedding_failures = outcome.failed
             with wh.transaction():

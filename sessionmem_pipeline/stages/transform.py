@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from datetime import UTC, datetime
 
+from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core.chunk import DEFAULT_MAX_CHUNKS, EmbedderWindow, chunk_session
 from sessionmem_pipeline.core.collapse import collapse_messages
 from sessionmem_pipeline.core.context import SessionContext, context_line, contextual_prefix, first_request
 from sessionmem_pipeline.core.llm_protocol import ChatModel, LLMError
 from sessionmem_pipeline.core.models import content_hash
 from sessionmem_pipeline.core.topics import keyword_topics_for_chunks, llm_topics, session_topics
+from sessionmem_pipeline.providers import Embedder
+from sessionmem_pipeline.stages.embed import chunk_limits
 from sessionmem_pipeline.warehouse import Warehouse, collapsed_row
 
 
@@ -43,6 +47,18 @@ def collapse_sessions(wh: Warehouse, session_ids: Sequence[str]) -> TransformOut
         outcome.messages += len(collapsed)
         outcome.tool_calls += sum(len(m.tools) for m in collapsed)
     return outcome
+
+
+def chunking_options(settings: Settings, embedder: Embedder, llm: ChatModel | None) -> dict[str, Any]:
+    """`chunk_sessions` keyword arguments from the configuration and the embedder's window."""
+    max_tokens, window = chunk_limits(embedder, settings["chunking.max_tokens"])
+    return {
+        "max_tokens": max_tokens,
+        "timezone": settings.timezone,
+        "window": window,
+        "max_chunks": settings["chunking.max_chunks"],
+        "llm": llm,
+    }
 
 
 def chunk_topics(
