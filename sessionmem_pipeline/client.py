@@ -142,6 +142,31 @@ def deduplicate(results: Sequence[SearchResult]) -> list[SearchResult]:
     return kept
 
 
+def _similarities(rows: Sequence[tuple[str, float]]) -> dict[str, float]:
+    return {chunk_id: 1.0 - distance for chunk_id, distance in rows}
+
+
+def fuse_scores(
+    bm25: dict[str, float], vector: dict[str, float], *, bm25_weight: float = 1.0, vector_weight: float = 1.0
+) -> dict[str, float]:
+    """bm25_weight x BM25 / best BM25 + vector_weight x cosine similarity, best first.
+
+    A convex combination of scores rather than of ranks: when one retriever is much sharper than the other (BM25
+    on names and rare words against a small embedding model), ranks alone let the weaker one push good hits down
+    (measured in benchmarks/retrieval.py). A candidate one retriever did not return gets that retriever's lowest
+    returned score, a bound on what it would have had.
+    """
+    top = max(bm25.values(), default=0.0) or 1.0
+    bm25_floor = min(bm25.values(), default=0.0)
+    vector_floor = min(vector.values(), default=0.0)
+    fused = {
+        chunk_id: bm25_weight * bm25.get(chunk_id, bm25_floor) / top
+        + vector_weight * vector.get(chunk_id, vector_floor)
+        for chunk_id in bm25.keys() | vector.keys()
+    }
+    return dict(sorted(fused.items(), key=lambda item: (-item[1], item[0])))
+
+
 def reciprocal_rank_fusion(rankings: Sequence[tuple[Sequence[str], float]], k: int = 60) -> dict[str, float]:
     """Σ weight / (k + rank) over the rankings that list an item (rank from 1)."""
     scores: dict[str, float] = {}
@@ -193,6 +218,14 @@ class SessionMemory:
             self._conn.close()
             self._conn = None
 
+    def _embedded_count(self) -> int:
+        """Vectors in the open snapshot (fixed until a newer snapshot is opened)."""
+        conn = self.connection()
+        if getattr(self, "_counted", None) is not conn:
+            self._embedded = conn.execute("SELECT count(*) FROM chunk_embeddings").fetchone()[0]
+            self._counted = conn
+        return self._embedded
+
     def _meta(self, key: str) -> str | None:
         row = self.connection().execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
         return row[0] if row else None
@@ -229,23 +262,24 @@ class SessionMemory:
     def _filters(self, **filters: Any) -> Filters:
         return Filters(**filters, timezone=self.settings.timezone)
 
-    def bm25_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> list[str]:
+    def bm25_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
+        """Chunk ids and BM25 scores, best first."""
         where, params = filters.chunk_sql()
         try:
             rows = self.connection().execute(
                 f"""
-                SELECT chunk_id FROM (
+                SELECT chunk_id, score FROM (
                     SELECT c.chunk_id, fts_main_chunks.match_bm25(c.chunk_id, ?) AS score FROM chunks c WHERE {where}
                 ) WHERE score IS NOT NULL ORDER BY score DESC, chunk_id LIMIT ?
                 """,
                 [query, *params, limit],
             ).fetchall()
         except duckdb.CatalogException:
-            return []  # no FTS index yet (an empty warehouse)
-        return [r[0] for r in rows]
+            return {}  # no FTS index yet (an empty warehouse)
+        return dict(rows)
 
-    def vector_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> list[str]:
-        """Chunk ids by cosine distance to the query.
+    def vector_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
+        """Chunk ids and cosine similarities to the query, best first.
 
         Plans around the HNSW index's trap: a WHERE filter is applied after its top-k, so a filtered query
         through the index returns too few rows. Unfiltered queries use the index; filtered ones over-fetch from
@@ -253,7 +287,7 @@ class SessionMemory:
         chunks exactly (`+ 0` keeps the optimizer from using the index there).
         """
         if not self._meta("embedding_model"):
-            return []
+            return {}
         embedder = self.embedder()
         vector = vector_literal(embedder.embed([query])[0])
         cast = f"?::FLOAT[{embedder.dimensions}]"
@@ -261,16 +295,22 @@ class SessionMemory:
         where, params = filters.chunk_sql()
         if where == "TRUE":
             rows = conn.execute(
-                f"SELECT chunk_id FROM chunk_embeddings ORDER BY array_cosine_distance(embedding, {cast}) LIMIT ?",
+                f"""SELECT chunk_id, distance FROM (
+                        SELECT chunk_id, array_cosine_distance(embedding, {cast}) AS distance
+                        FROM chunk_embeddings ORDER BY distance LIMIT ?)""",
                 [vector, limit],
             ).fetchall()
-            return [r[0] for r in rows]
-        matching = conn.execute(f"SELECT count(*) FROM chunks c WHERE {where}", params).fetchone()[0]
-        total = conn.execute("SELECT count(*) FROM chunk_embeddings").fetchone()[0]
+            return _similarities(rows)
+        total = self._embedded_count()
+        matching = (
+            conn.execute(f"SELECT count(*) FROM chunks c WHERE {where}", params).fetchone()[0]
+            if total > EXACT_SCAN_MAX
+            else 0
+        )
         if matching > EXACT_SCAN_MAX and matching * 2 > total:
             fetched = conn.execute(
                 f"""
-                SELECT chunk_id FROM (
+                SELECT chunk_id, distance FROM (
                     SELECT chunk_id, array_cosine_distance(embedding, {cast}) AS distance
                     FROM chunk_embeddings ORDER BY distance LIMIT ?
                 ) hits JOIN chunks c USING (chunk_id) WHERE {where} ORDER BY distance, chunk_id LIMIT ?
@@ -278,16 +318,17 @@ class SessionMemory:
                 [vector, limit * OVERFETCH, *params, limit],
             ).fetchall()
             if len(fetched) >= min(limit, matching):
-                return [r[0] for r in fetched]
+                return _similarities(fetched)
         rows = conn.execute(
             f"""
-            SELECT e.chunk_id FROM chunk_embeddings e
-            WHERE e.chunk_id IN (SELECT c.chunk_id FROM chunks c WHERE {where})
-            ORDER BY array_cosine_distance(e.embedding, {cast}) + 0, e.chunk_id LIMIT ?
+            SELECT chunk_id, distance FROM (
+                SELECT e.chunk_id, array_cosine_distance(e.embedding, {cast}) + 0 AS distance FROM chunk_embeddings e
+                WHERE e.chunk_id IN (SELECT c.chunk_id FROM chunks c WHERE {where})
+            ) ORDER BY distance, chunk_id LIMIT ?
             """,
-            [*params, vector, limit],
+            [vector, *params, limit],
         ).fetchall()
-        return [r[0] for r in rows]
+        return _similarities(rows)
 
     def search(
         self,
@@ -392,22 +433,25 @@ class SessionMemory:
         return results
 
     def recall(self, query: str, *, sessions: int = 3, limit: int = 5, **filters: Any) -> list[SearchResult]:
-        """Two-stage retrieval: the best sessions by summary, then the best chunks inside them, fused with a
-        plain chunk search so a chunk from a session whose summary missed the point is still found."""
+        """Two-stage retrieval: the best sessions by summary first, then chunk search in which chunks of those
+        sessions get a boost (`search.session_boost`) and chunks found only inside them join the candidates.
+        Each result's `stage` says whether it came from a top session or from the plain chunk search."""
         started = time.perf_counter()
         chunk_filters = self._filters(**filters)
         session_level = {k: v for k, v in filters.items() if k in SESSION_FILTERS}
         top_sessions = self._rank_sessions(query, sessions, self._filters(**session_level))
-        inside: list[str] = []
-        for session in top_sessions:
-            scoped = Filters(**{**asdict(chunk_filters), "session_id": session.session_id})
-            inside += list(self._fused_chunk_scores(query, scoped))[:limit]
-        global_ids = list(self._fused_chunk_scores(query, chunk_filters))
-        fused = reciprocal_rank_fusion([(inside, 1.0), (global_ids, 1.0)], k=self.settings["search.rrf_k"])
         top_ids = {session.session_id for session in top_sessions}
+        scores = self._fused_chunk_scores(query, chunk_filters)
+        floor = min(scores.values(), default=0.0)
+        for session_id in top_ids - {chunk_id.rsplit(":", 2)[0] for chunk_id in list(scores)[:limit]}:
+            scoped = Filters(**{**asdict(chunk_filters), "session_id": session_id})
+            for chunk_id in list(self._fused_chunk_scores(query, scoped))[:limit]:
+                scores.setdefault(chunk_id, floor)
+        boost = 1.0 + self.settings["search.session_boost"]
+        boosted = {cid: score * boost if cid.rsplit(":", 2)[0] in top_ids else score for cid, score in scores.items()}
         results = [
             replace(r, stage="session" if r.session_id in top_ids else "global")
-            for r in deduplicate(self.chunks_by_id(fused))[:limit]
+            for r in deduplicate(self.chunks_by_id(boosted))[:limit]
         ]
         self._log("recall", started, len(results))
         return results
@@ -529,16 +573,14 @@ class SessionMemory:
         return rows[0]
 
     def _fused_chunk_scores(self, query: str, filters: Filters) -> dict[str, float]:
-        """Chunk ids and their reciprocal-rank-fusion scores over BM25 and vector rankings, best first."""
+        """Chunk ids and their fused BM25 + vector scores, best first."""
         s = self.settings
-        fused = reciprocal_rank_fusion(
-            [
-                (self.bm25_ranking(query, filters), s["search.bm25_weight"]),
-                (self.vector_ranking(query, filters), s["search.vector_weight"]),
-            ],
-            k=s["search.rrf_k"],
+        return fuse_scores(
+            self.bm25_ranking(query, filters),
+            self.vector_ranking(query, filters),
+            bm25_weight=s["search.bm25_weight"],
+            vector_weight=s["search.vector_weight"],
         )
-        return dict(sorted(fused.items(), key=lambda item: (-item[1], item[0])))
 
     def chunks_by_id(self, scores: dict[str, float], stage: str | None = None) -> list[SearchResult]:
         """Results for chunk ids, in the order of their scores."""

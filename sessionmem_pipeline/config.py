@@ -60,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "search.rrf_k": 60,
     "search.vector_weight": 1.0,
     "search.bm25_weight": 1.0,
+    "search.session_boost": 0.15,
     "sensors.files_interval_minutes": 1.0,
     "sensors.summaries_interval_minutes": 5.0,
 }
