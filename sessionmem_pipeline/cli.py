@@ -412,6 +412,22 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_threads(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.client import SessionMemory
+
+    threads = SessionMemory(settings=_settings(args)).threads(project=args.project)
+    if args.json:
+        _print_json({"threads": threads})
+        return 0
+    if not threads:
+        print("no threads")
+    for thread in threads:
+        print(f"{thread['thread_id']} ({thread['project']}): {thread['title']}")
+        for session_id in thread["session_ids"]:
+            print(f"  - {session_id}")
+    return 0
+
+
 def cmd_hook(args: argparse.Namespace) -> int:
     """Claude Code's SessionStart hook: the recap of this project's previous session as added context.
 
@@ -539,6 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
     hook.add_argument("event", choices=("session-start",))
     hook.add_argument("--budget", type=int, default=800)
     command("mcp", cmd_mcp, "serve the agent tools over MCP (stdio)", json_flag=False)
+    threads = command("threads", cmd_threads, "threads of related sessions")
+    threads.add_argument("--project")
     sessions = command("sessions", cmd_sessions, "list sessions")
     sessions.add_argument("--project")
     sessions.add_argument("--summaries", action="store_true", help="with each session's summary versions")

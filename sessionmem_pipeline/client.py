@@ -46,6 +46,7 @@ class SearchResult:
     message_ids: list[str]
     source_path: str
     stage: str | None = None
+    thread_id: str | None = None  # the thread of related sessions this chunk's session belongs to
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -551,6 +552,19 @@ class SessionMemory:
 
         return remember(self.warehouse, content, importance=importance, session_id=session_id)
 
+    def threads(self, *, project: str | None = None) -> list[dict[str, Any]]:
+        """Threads of related sessions (newest activity first), each with its sessions in time order."""
+        rows = Snapshot(self.connection()).query(
+            """SELECT t.thread_id, any_value(t.title) AS title, any_value(t.topics) AS topics,
+                      list(t.session_id ORDER BY t.position) AS session_ids, any_value(s.project) AS project,
+                      min(s.started_at) AS started_at, max(s.ended_at) AS ended_at
+               FROM session_threads t JOIN sessions s USING (session_id)
+               WHERE ? IS NULL OR s.project = ?
+               GROUP BY t.thread_id ORDER BY max(s.ended_at) DESC NULLS LAST, t.thread_id""",
+            [project, project],
+        )
+        return rows
+
     def latest_session(
         self, *, session_id: str | None = None, project: str | None = None, exclude: str | None = None
     ) -> dict[str, Any]:
@@ -589,8 +603,9 @@ class SessionMemory:
         rows = self.connection().execute(
             """
             SELECT c.chunk_id, c.session_id, c.project, c.chunk_index, c.ts_start, c.speakers, c.topics, c.content,
-                   c.context, c.message_ids, s.source_path
-            FROM chunks c LEFT JOIN sessions s USING (session_id) WHERE c.chunk_id IN (SELECT unnest(?))
+                   c.context, c.message_ids, s.source_path, t.thread_id
+            FROM chunks c LEFT JOIN sessions s USING (session_id) LEFT JOIN session_threads t USING (session_id)
+            WHERE c.chunk_id IN (SELECT unnest(?))
             """,
             [list(scores)],
         ).fetchall()
@@ -614,6 +629,7 @@ class SessionMemory:
                     message_ids=list(row[9] or []),
                     source_path=row[10] or "",
                     stage=stage,
+                    thread_id=row[11],
                 )
             )
         return results

@@ -31,7 +31,7 @@ from sessionmem_pipeline.core.changes import IndexedState
 from sessionmem_pipeline.core.models import Chunk, CollapsedMessage, Message, ToolCall, ToolRecord
 
 DATABASE = "wh"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FTS_TABLES = {
     "chunks": ("chunk_id", "content"),
     "session_summaries": ("summary_id", "search_text"),
@@ -126,6 +126,11 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE sessions ADD COLUMN summary_version INTEGER",
         "ALTER TABLE sessions ADD COLUMN summary_overview VARCHAR",
         "ALTER TABLE sessions ADD COLUMN topics VARCHAR[]",
+    ],
+    3: [
+        """CREATE TABLE session_threads (
+            thread_id VARCHAR, session_id VARCHAR, position INTEGER, title VARCHAR, topics VARCHAR[],
+            updated_at TIMESTAMPTZ)""",
     ],
 }
 

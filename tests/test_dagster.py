@@ -43,7 +43,7 @@ def _counts(warehouse: Path) -> dict[str, int]:
 def test_definitions_load_with_sensor_checks_and_partitions() -> None:
     repo = defs.get_repository_def()
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {
-        "raw_messages", "collapsed_messages", "chunks", "chunk_embeddings", "session_summaries", "memories",
+        "raw_messages", "collapsed_messages", "chunks", "chunk_embeddings", "session_summaries", "session_threads", "memories",
         "search_index",
     }
     assert repo.get_sensor_def("session_files_sensor") and repo.get_sensor_def("summary_due_sensor")

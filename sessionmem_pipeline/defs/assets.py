@@ -21,6 +21,7 @@ from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import ingest_file, remove_file
 from sessionmem_pipeline.stages.memories import ingest_memories
 from sessionmem_pipeline.stages.summaries import summarize_sessions
+from sessionmem_pipeline.stages.threads import refresh_threads
 from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
 from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_options, collapse_sessions
 from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, storage_guard, writer_lock
@@ -200,6 +201,24 @@ def session_summaries(context: dg.AssetExecutionContext, sessionmem: SessionmemR
     )
 
 
+@dg.asset(
+    pool=WAREHOUSE_POOL,
+    deps=[session_summaries],
+    group_name="summaries",
+    kinds={"duckdb"},
+    automation_condition=dg.AutomationCondition.eager(),
+)
+def session_threads(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
+    """Related sessions linked into threads (summary similarity, shared topics and files, time)."""
+    started = time.perf_counter()
+    with _warehouse(sessionmem, context) as wh:
+        count = refresh_threads(wh)
+        linked = wh.scalar("SELECT count(*) FROM session_threads")
+    return dg.MaterializeResult(
+        metadata={"dagster/row_count": linked, "threads": count, "seconds": round(time.perf_counter() - started, 3)}
+    )
+
+
 @dg.asset(pool=WAREHOUSE_POOL, group_name="search", kinds={"duckdb"})
 def memories(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Curated memories from the `memories.jsonl` files in the source roots, embedded."""
@@ -222,7 +241,7 @@ def memories(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) 
 
 @dg.asset(
     pool=WAREHOUSE_POOL,
-    deps=[chunk_embeddings, session_summaries, memories],
+    deps=[chunk_embeddings, session_summaries, session_threads, memories],
     group_name="search",
     kinds={"duckdb"},
     automation_condition=dg.AutomationCondition.eager(),
@@ -253,6 +272,7 @@ PIPELINE_ASSETS = [
     chunks,
     chunk_embeddings,
     session_summaries,
+    session_threads,
     memories,
     search_index,
 ]

@@ -26,6 +26,7 @@ from sessionmem_pipeline.stages.summaries import (
     pending,
     summarize_sessions,
 )
+from sessionmem_pipeline.stages.threads import refresh_threads
 from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
 from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_options, collapse_sessions
 from sessionmem_pipeline.warehouse import (
@@ -61,6 +62,7 @@ class IndexReport:
     summaries_written: int = 0
     memories: int = 0
     memories_embedded: int = 0
+    threads: int | None = None  # threads rebuilt (None when nothing changed)
     warnings: list[str] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)  # typed (core/errors.py): type, message, recoverable
     seconds: float = 0.0
@@ -168,6 +170,8 @@ def index_sources(
                 summarized = summarize_sessions(wh, [r["session_id"] for r in ready], llm=llm, embedder=embedder)
                 report.summaries_written = summarized.versions_written
                 report.warnings += summarized.llm_fallbacks
+            if report.summaries_written or report.sessions_changed:
+                report.threads = refresh_threads(wh)
             memories = ingest_memories(wh, roots, embedder)
             report.memories, report.memories_embedded = memories.memories, memories.embedded
             report.warnings += memories.warnings
