@@ -75,6 +75,19 @@ class Bench:
     def hybrid(self, query: str, project: str) -> list[str]:
         return [self._id(r) for r in self.memory.search(query, limit=CANDIDATES, project=project)]
 
+    def hybrid_with_threads(self, query: str, project: str) -> list[str]:
+        """The top 3 hybrid results, then the best chunk of each other session in their threads, then the rest:
+        does following threads find the other hops of a multi-hop question?"""
+        results = self.memory.search(query, limit=CANDIDATES, project=project)
+        threads = {r.thread_id for r in results[:3] if r.thread_id}
+        ranked = [self._id(r) for r in results[:3]]
+        seen_sessions = {r.session_id for r in results[:3]}
+        for result in results[3:]:
+            if result.thread_id in threads and result.session_id not in seen_sessions:
+                ranked.append(self._id(result))
+                seen_sessions.add(result.session_id)
+        return ranked + [self._id(r) for r in results[3:] if self._id(r) not in ranked]
+
     def recall(self, query: str, project: str) -> list[str]:
         return [self._id(r) for r in self.memory.recall(query, limit=TOP_K[-1], project=project)]
 
@@ -182,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "vector (prefix)": bench.vector_with_prefix,
             "hybrid": bench.hybrid,
             "recall (two-stage)": bench.recall,
+            "hybrid + threads": bench.hybrid_with_threads,
         }
         queries = load_queries(args.queries)[: args.limit_queries]
         report = evaluate(bench, retrievers, queries)

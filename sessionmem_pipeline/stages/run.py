@@ -3,9 +3,10 @@ stage functions, asset by asset)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,7 +67,17 @@ class IndexReport:
     warnings: list[str] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)  # typed (core/errors.py): type, message, recoverable
     seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
     snapshot: str | None = None
+
+    @contextlib.contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Adds the time spent in the block to `stage_seconds[stage]`."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + time.perf_counter() - started
 
     @property
     def changed(self) -> bool:
@@ -136,24 +147,28 @@ def index_sources(
             files = _select(discover(roots, since=since), wh, session)
             report.files_seen = len(files)
             changed: list[str] = []
-            for done, source in enumerate(files, start=1):
-                outcome = ingest_file(wh, source, max_bad_share=settings["validation.max_bad_line_share"], full=full)
-                _record(report, outcome)
-                changed += outcome.changed_session_ids
-                tick("ingest", done, len(files))
+            with report.timed("ingest"):
+                for done, source in enumerate(files, start=1):
+                    outcome = ingest_file(wh, source, max_bad_share=settings["validation.max_bad_line_share"], full=full)
+                    _record(report, outcome)
+                    changed += outcome.changed_session_ids
+                    tick("ingest", done, len(files))
             report.sessions_changed = len(changed)
 
             embedder = embedder or embedder_from_settings(settings)
             llm = chat_model_from_settings(settings)
-            collapse_sessions(wh, changed)
-            chunked = chunk_sessions(wh, changed, **chunking_options(settings, embedder, llm))
+            with report.timed("collapse"):
+                collapse_sessions(wh, changed)
+            with report.timed("chunk+topics"):
+                chunked = chunk_sessions(wh, changed, **chunking_options(settings, embedder, llm))
             report.chunks, report.tokens = chunked.chunks, chunked.tokens
             report.warnings += chunked.warnings
 
             all_sessions = [r[0] for r in wh.conn.execute("SELECT session_id FROM sessions").fetchall()]
             to_embed = len(wh.chunks_without_embedding(all_sessions)) if wh.get_meta("embedding_model") else None
             total = to_embed if to_embed is not None else wh.scalar("SELECT count(*) FROM chunks")
-            embedding = embed_sessions(wh, all_sessions, embedder, progress=_counter(tick, "embed", total))
+            with report.timed("embed"):
+                embedding = embed_sessions(wh, all_sessions, embedder, progress=_counter(tick, "embed", total))
             report.embedded, report.embeddings_cached = embedding.embedded, embedding.cached
             report.embedding_failures = embedding.failed
             if embedding.failed:
@@ -167,12 +182,15 @@ def index_sources(
                     idle_minutes=settings["summaries.idle_minutes"],
                     message_threshold=settings["summaries.message_threshold"],
                 )
-                summarized = summarize_sessions(wh, [r["session_id"] for r in ready], llm=llm, embedder=embedder)
+                with report.timed("summarize"):
+                    summarized = summarize_sessions(wh, [r["session_id"] for r in ready], llm=llm, embedder=embedder)
                 report.summaries_written = summarized.versions_written
                 report.warnings += summarized.llm_fallbacks
             if report.summaries_written or report.sessions_changed:
-                report.threads = refresh_threads(wh)
-            memories = ingest_memories(wh, roots, embedder)
+                with report.timed("threads"):
+                    report.threads = refresh_threads(wh)
+            with report.timed("memories"):
+                memories = ingest_memories(wh, roots, embedder)
             report.memories, report.memories_embedded = memories.memories, memories.embedded
             report.warnings += memories.warnings
 
@@ -180,12 +198,14 @@ def index_sources(
                 report.orphans_removed = remove_orphans(wh, roots)
             publish = report.changed or not snapshot_path(settings.warehouse).exists()
             if publish:
-                refresh_search_index(wh)
+                with report.timed("search index"):
+                    refresh_search_index(wh)
             report.seconds = time.perf_counter() - started
             _record_run(wh, report, started_at, "cli")
             wh.checkpoint()
         if publish:
-            report.snapshot = str(publish_snapshot(settings.warehouse))
+            with report.timed("snapshot"):
+                report.snapshot = str(publish_snapshot(settings.warehouse))
     report.seconds = time.perf_counter() - started
     return report
 

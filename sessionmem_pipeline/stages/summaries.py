@@ -26,6 +26,8 @@ from sessionmem_pipeline.core.summarize import (
 from sessionmem_pipeline.providers import Embedder
 from sessionmem_pipeline.warehouse import Warehouse
 
+WRITE_BATCH = 50  # summaries embedded and committed together
+
 PENDING_SQL = """
     SELECT s.session_id, s.partition_key, s.ended_at, s.summary_version,
            (SELECT count(*) FROM collapsed_messages m WHERE m.session_id = s.session_id AND m.seq > coalesce(
@@ -89,6 +91,7 @@ def summarize_sessions(
     """Summarize each session (incrementally unless `full`), writing a version only when the input changed."""
     outcome = SummaryOutcome()
     model = llm.model if llm else EXTRACTIVE_MODEL
+    written: list[tuple[str, int, SessionSummary]] = []
     for session_id in session_ids:
         messages = wh.load_collapsed(session_id)
         if not messages:  # gone since it was chosen (a rewritten file re-split its sessions)
@@ -109,45 +112,61 @@ def summarize_sessions(
         if previous and summary.input_hash == previous.input_hash:
             outcome.unchanged += 1
             continue
-        _write_version(wh, session_id, version + 1, summary, embedder, now or datetime.now(UTC))
-        outcome.versions_written += 1
+        written.append((session_id, version + 1, summary))
+        if len(written) >= WRITE_BATCH:
+            _write_versions(wh, written, embedder, now or datetime.now(UTC))
+            outcome.versions_written += len(written)
+            written = []
+    _write_versions(wh, written, embedder, now or datetime.now(UTC))
+    outcome.versions_written += len(written)
     return outcome
 
 
-def _write_version(
-    wh: Warehouse, session_id: str, version: int, summary: SessionSummary, embedder: Embedder | None, now: datetime
+def _write_versions(
+    wh: Warehouse, versions: list[tuple[str, int, SessionSummary]], embedder: Embedder | None, now: datetime
 ) -> None:
-    text = summary.text_for_embedding()
-    vector = [float(x) for x in embedder.embed([text])[0]] if embedder else None
+    """New summary versions with their embeddings (one embedding call for the batch), in one transaction."""
+    if not versions:
+        return
+    texts = [summary.text_for_embedding() for _, _, summary in versions]
+    vectors = embedder.embed(texts) if embedder else [None] * len(texts)
     with wh.transaction():
-        wh.insert(
-            "session_summaries",
-            [
-                {
-                    "summary_id": f"{session_id}@{version}",
-                    "session_id": session_id,
-                    "version": version,
-                    "created_at": now,
-                    "model": summary.model,
-                    "input_hash": summary.input_hash,
-                    "is_incremental": summary.is_incremental,
-                    "parts": summary.parts,
-                    "first_message_id": summary.first_message_id,
-                    "last_message_id": summary.last_message_id,
-                    "message_count": summary.message_count,
-                    "token_count": summary.token_count,
-                    "overview": summary.overview,
-                    "topics": list(summary.topics),
-                    "summary": json.dumps(summary.to_dict(), ensure_ascii=False),
-                    "search_text": text,
-                    "embedding": vector,
-                }
-            ],
-        )
-        wh.conn.execute(
-            "UPDATE sessions SET summary_version = ?, summary_overview = ? WHERE session_id = ?",
-            [version, summary.overview, session_id],
-        )
+        for (session_id, version, summary), text, vector in zip(versions, texts, vectors, strict=True):
+            _insert_version(wh, session_id, version, summary, text, vector, now)
+
+
+def _insert_version(
+    wh: Warehouse, session_id: str, version: int, summary: SessionSummary, text: str, vector, now: datetime
+) -> None:
+    vector = [float(x) for x in vector] if vector is not None else None
+    wh.insert(
+        "session_summaries",
+        [
+            {
+                "summary_id": f"{session_id}@{version}",
+                "session_id": session_id,
+                "version": version,
+                "created_at": now,
+                "model": summary.model,
+                "input_hash": summary.input_hash,
+                "is_incremental": summary.is_incremental,
+                "parts": summary.parts,
+                "first_message_id": summary.first_message_id,
+                "last_message_id": summary.last_message_id,
+                "message_count": summary.message_count,
+                "token_count": summary.token_count,
+                "overview": summary.overview,
+                "topics": list(summary.topics),
+                "summary": json.dumps(summary.to_dict(), ensure_ascii=False),
+                "search_text": text,
+                "embedding": vector,
+            }
+        ],
+    )
+    wh.conn.execute(
+        "UPDATE sessions SET summary_version = ?, summary_overview = ? WHERE session_id = ?",
+        [version, summary.overview, session_id],
+    )
 
 
 def embed_missing_summaries(wh: Warehouse, embedder: Embedder) -> int:
