@@ -1,7 +1,8 @@
 """SessionMemory: the thin reader over the published snapshot (no Dagster import, never writes the warehouse).
 
-Search is hybrid: BM25 over chunk text and cosine similarity over contextual embeddings, fused by reciprocal
-rank (RRF), so exact names and paths (BM25) and paraphrases (vectors) both find their chunk. Every search appends
+Chunk search is hybrid: BM25 over chunk text and its contextual prefix, and cosine similarity over contextual
+embeddings, fused by a convex combination of scores (`fuse_scores`), so exact names and paths (BM25) and
+paraphrases (vectors) both find their chunk. Session and memory search fuse by reciprocal rank. Every search appends
 one line (time, latency, result count) to `search-log.jsonl` beside the warehouse.
 """
 
@@ -21,10 +22,10 @@ from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.context import zone
 from sessionmem_pipeline.warehouse import Snapshot, open_reader, search_log_path, snapshot_path
 
-CANDIDATES = 50  # per retriever, before fusion
+CANDIDATES = 150  # per retriever, before fusion
 SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
 EXACT_SCAN_MAX = 20_000  # filtered vector queries scan this many matching chunks exactly (about 5 ms at 384 d)
-OVERFETCH = 20  # above it, the index's top limit x OVERFETCH are filtered instead
+OVERFETCH = 4  # above it (more than half the chunks match), the index's top limit x OVERFETCH are filtered instead
 
 
 def vector_literal(vector: Sequence[float]) -> str:

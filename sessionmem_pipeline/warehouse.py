@@ -33,7 +33,9 @@ from sessionmem_pipeline.core.models import Chunk, CollapsedMessage, Message, To
 DATABASE = "wh"
 SCHEMA_VERSION = 3
 FTS_TABLES = {
-    "chunks": ("chunk_id", "content"),
+    # chunks: the text and its contextual prefix (date, participants, project, topics, first request), as for
+    # the embeddings; measured on LoCoMo dev, hybrid recall within 10 turns 0.716 -> 0.74 (benchmarks/retrieval.py)
+    "chunks": ("chunk_id", "content", "context_content"),
     "session_summaries": ("summary_id", "search_text"),
     "memories": ("memory_id", "content"),
 }
@@ -595,8 +597,9 @@ class Warehouse(_Queries):
 
     def refresh_fts(self) -> None:
         """Rebuild the BM25 indexes (DuckDB's FTS index is a snapshot of its table, not maintained on write)."""
-        for table, (key, column) in FTS_TABLES.items():
-            self.conn.execute(f"PRAGMA create_fts_index('{table}', '{key}', '{column}', overwrite = 1)")
+        for table, (key, *columns) in FTS_TABLES.items():
+            fields = ", ".join(f"'{column}'" for column in columns)
+            self.conn.execute(f"PRAGMA create_fts_index('{table}', '{key}', {fields}, overwrite = 1)")
 
     def compact_vector_index(self) -> None:
         """Drop deleted entries from the HNSW graph so it stays small and accurate."""
