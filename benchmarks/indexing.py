@@ -108,6 +108,42 @@ def run_index(warehouse: Path, sources: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+DAGSTER_CHILD = """
+import json, sys, time
+import dagster as dg
+from sessionmem_pipeline.defs.assets import PIPELINE_ASSETS
+from sessionmem_pipeline.defs.partitions import session_partitions
+from sessionmem_pipeline.defs.resources import SessionmemResource
+from sessionmem_pipeline.stages.discover import discover
+from sessionmem_pipeline.config import load_settings
+settings = load_settings(sys.argv[1], env={})
+keys = sorted(f.partition_key for f in discover(settings.sources))
+instance = dg.DagsterInstance.ephemeral()
+instance.add_dynamic_partitions(session_partitions.name, keys)
+partitioned = [a for a in PIPELINE_ASSETS if a.partitions_def is not None]
+resource = SessionmemResource(config_file=sys.argv[1])
+started = time.perf_counter()
+result = dg.materialize(partitioned, instance=instance, resources={"sessionmem": resource},
+    tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+print(json.dumps({"seconds": time.perf_counter() - started, "success": result.success}))
+"""
+
+
+def dagster_overhead(base: Path, sessions: int = 5) -> dict:
+    """The same small import in-process (`index_sources`) and as one Dagster run of the partitioned assets."""
+    sources = base / "dagster-sources"
+    generate(sources, sessions, seed=11)
+    direct = run_index(base / "direct.duckdb", sources)
+    config = base / "dagster.toml"
+    config.write_text(f'warehouse = "{base / "dagster.duckdb"}"\nsources = ["{sources}"]\n', encoding="utf-8")
+    done = subprocess.run([sys.executable, "-c", DAGSTER_CHILD, str(config)], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(done.stderr)
+    run = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"sessions": sessions, "in_process_s": direct["seconds"], "dagster_run_s": run["seconds"],
+            "overhead_s": run["seconds"] - direct["seconds"]}
+
+
 def embedding_only(warehouse: Path) -> tuple[float, int]:
     """The model alone on the texts the pipeline embedded (chunk contexts and summaries), fresh model, same batch
     size: the physical limit."""
@@ -153,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             handle.write("\n".join(line.replace(json.loads(more[0])["sessionId"], session_id) for line in more) + "\n")
         out["append_10_messages"] = run_index(warehouse, sources)
         out["unchanged"] = run_index(warehouse, sources)
+        out["dagster"] = dagster_overhead(base)
         if args.big:
             big_sources = base / "big"
             (big_sources / "-home-dev-big").mkdir(parents=True)
@@ -176,6 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for label in ("add_one_session", "append_10_messages", "unchanged"):
         run = out[label]
         print(f"{label:<20} {run['seconds']:6.2f}s  {run['messages']} messages written, {run['embedded']} embedded")
+    dag = out["dagster"]
+    print(f"Dagster: {dag['sessions']} sessions in one run of the partitioned assets {dag['dagster_run_s']:.1f}s vs "
+          f"in-process {dag['in_process_s']:.1f}s: overhead {dag['overhead_s']:.1f}s per run")
     if "big_session" in out:
         big = out["big_session"]
         print(f"one {args.big}-message session: {big['seconds']:.1f}s, {big['chunks']} chunks, "

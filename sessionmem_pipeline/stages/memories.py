@@ -1,9 +1,9 @@
 """Curated memories (spec 000 `remember` / `search_memories`): facts an agent chose to keep, read from
-`memories.jsonl` files in the source roots (one JSON object per line: id, content, timestamp, optional
-session_id and importance), embedded, and kept apart from session search.
+`memories.jsonl` files in the source roots and from the inbox beside the warehouse (one JSON object per line:
+id, content, timestamp, optional session_id and importance), embedded, and kept apart from session search.
 
-A memories file is the agent's inbox: writing to it needs no lock on the warehouse, and the pipeline (the one
-writer) picks it up on its next run.
+`remember` appends to the inbox: that needs no lock on the warehouse (source roots are only ever read), and the
+pipeline, the one writer, picks it up on its next run.
 """
 
 from __future__ import annotations
