@@ -181,6 +181,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"sessions {counts['sessions']}, messages {counts['messages']}, chunks {counts['chunks']}, "
         f"embedded {counts['embedded']}, summaries {counts['summaries']}, files {counts['files']}"
     )
+    if status["top_topics"]:
+        print("top topics: " + ", ".join(f"{t['topic']} ({t['chunks']})" for t in status["top_topics"]))
     run = status["last_run"]
     if run:
         print(

@@ -94,6 +94,10 @@ def read_status(settings: Settings) -> dict[str, Any]:
         ).fetchone()[0]
         quarantine = _rows(conn, "SELECT path, reason, details, sha256, quarantined_at FROM quarantine ORDER BY path")
         model = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+        topics = conn.execute(
+            """SELECT topic, count(*) AS n FROM (SELECT unnest(topics) AS topic FROM chunks)
+               GROUP BY topic ORDER BY n DESC, topic LIMIT 10"""
+        ).fetchall()
     finally:
         conn.close()
     last_run = runs[0] if runs else None
@@ -105,6 +109,7 @@ def read_status(settings: Settings) -> dict[str, Any]:
         "counts": counts,
         "embedding_model": model[0] if model else None,
         "last_run": last_run,
+        "top_topics": [{"topic": t, "chunks": n} for t, n in topics],
         "seconds_per_session": round(per_session, 3) if per_session is not None else None,
         "storage_mb": {
             "warehouse": _megabytes(warehouse),
