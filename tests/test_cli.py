@@ -75,3 +75,185 @@ def test_config_shows_origins_and_masks_keys(tmp_path: Path, capsys, monkeypatch
     data = _json(capsys, "config", "--json")
     assert data["values"]["llm.provider"] == {"value": "openai", "origin": "env SESSIONMEM_LLM__PROVIDER"}
     assert "1234567890" not in data["values"]["llm.api_key"]["value"]
+
+
+# ---- index, status, health, search, config and init on small corpora (conftest `indexed_corpus`) -----------------
+import hashlib  # noqa: E402
+import os  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+
+from conftest import AWS_KEY, CORPUS, IndexedCorpus, write_corpus  # noqa: E402
+
+
+@pytest.fixture()
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder and home of its own, and no SESSIONMEM_* variables from the caller's environment."""
+    for name in list(os.environ):
+        if name.startswith("SESSIONMEM_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _config(folder: Path, **extra: str) -> Path:
+    """A config file naming the warehouse and the `sources` folder beside it, in New York time, no summaries."""
+    lines = ['warehouse = "w.duckdb"', 'sources = ["sources"]', 'timezone = "America/New_York"']
+    lines += [f"{key} = {value}" for key, value in extra.items()]
+    config = folder / "sessionmem.toml"
+    config.write_text("\n".join(lines) + "\n\n[summaries]\nenabled = false\n", encoding="utf-8")
+    return config
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_index_reports_decisions_skips_unchanged_files_and_full_reindexes(isolated: Path, capsys) -> None:
+    write_corpus(isolated / "sources", {k: CORPUS[k] for k in ("infra/backups.jsonl", "webshop/search.jsonl")})
+    config = str(_config(isolated))
+    before = _hashes(isolated / "sources")
+
+    code, out, _ = _run(capsys, "index", "--config", config, "--json")
+    first = json.loads(out)
+    assert code == 0 and first["decisions"] == {"new": 2} and first["embedded"] == first["chunks"] > 0
+    assert first["snapshot"] and first["summary"].startswith("indexed 2 files")
+
+    code, out, _ = _run(capsys, "index", "--config", config)  # readable: per-format lines and the summary line
+    assert code == 0 and "generic: 2 files, 2 sessions, 0 new messages" in out
+    assert out.strip().splitlines()[-1].startswith("indexed 2 files (2 unchanged): 0 sessions changed, 0 messages")
+
+    full = json.loads(_run(capsys, "index", "--config", config, "--full", "--json")[1])
+    assert full["decisions"] == {"rewritten": 2} and full["messages_written"] == first["messages_written"]
+    assert (full["embedded"], full["embeddings_cached"]) == (0, first["chunks"])
+    assert _hashes(isolated / "sources") == before  # sources are only ever read
+
+
+def test_since_is_a_day_in_the_configured_zone(isolated: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = isolated / "sources"
+    write_corpus(root, {k: CORPUS[k] for k in ("infra/backups.jsonl", "webshop/checkout.jsonl")})
+    old = datetime(2026, 3, 10, 3, 0, tzinfo=UTC).timestamp()  # 23:00 on March 9 in New York
+    os.utime(root / "webshop" / "checkout.jsonl", (old, old))
+    config = str(_config(isolated))
+
+    validated = json.loads(_run(capsys, "index", "--config", config, "--since", "2026-03-10", "--validate-only", "--json")[1])
+    assert [Path(f["path"]).name for f in validated["files"]] == ["backups.jsonl"]
+    assert not (isolated / "w.duckdb").exists()  # --validate-only writes nothing
+    monkeypatch.setenv("SESSIONMEM_TIMEZONE", "UTC")  # the same date in UTC includes the older file
+    in_utc = json.loads(_run(capsys, "index", "--config", config, "--since", "2026-03-10", "--validate-only", "--json")[1])
+    assert len(in_utc["files"]) == 2
+    monkeypatch.delenv("SESSIONMEM_TIMEZONE")
+
+    report = json.loads(_run(capsys, "index", "--config", config, "--since", "2026-03-10", "--json")[1])
+    assert report["files_seen"] == 1 and report["decisions"] == {"new": 1}
+    sessions = json.loads(_run(capsys, "sessions", "--config", config, "--json")[1])["sessions"]
+    assert [s["session_id"] for s in sessions] == ["infra/backups"]
+    assert _run(capsys, "index", "--config", config, "--since", "someday")[0] == 1
+
+
+def test_status_and_health_show_quarantine_until_the_file_is_repaired(isolated: Path, capsys) -> None:
+    root = isolated / "sources"
+    write_corpus(root, {"infra/backups.jsonl": CORPUS["infra/backups.jsonl"]})
+    broken = root / "infra" / "dump.jsonl"
+    broken.write_bytes(b"\x00\x01\x02\x03 core dump")
+    config = str(_config(isolated))
+
+    code, _, err = _run(capsys, "index", "--config", config)
+    assert code == 0 and f"quarantined {broken}: binary" in err
+    status = json.loads(_run(capsys, "status", "--config", config, "--json")[1])
+    (item,) = status["quarantine"]
+    assert (item["path"], item["reason"]) == (str(broken), "binary")
+    assert item["sha256"] == hashlib.sha256(broken.read_bytes()).hexdigest() and item["quarantined_at"]
+    assert f"quarantined: {broken}: binary" in _run(capsys, "status", "--config", config)[1]
+    code, out, _ = _run(capsys, "health", "--config", config)
+    assert code == 0 and out.startswith("DEGRADED") and "1 quarantined files" in out
+
+    write_corpus(root, {"infra/dump.jsonl": CORPUS["infra/alerts.jsonl"]})  # repaired
+    assert _run(capsys, "index", "--config", config)[0] == 0
+    status = json.loads(_run(capsys, "status", "--config", config, "--json")[1])
+    assert status["quarantine"] == [] and status["counts"]["sessions"] == 2
+    assert _run(capsys, "health", "--config", config, "--json")[:2] == (0, json.dumps({"status": "OK", "reasons": []}, indent=2) + "\n")
+
+    with open(root / "infra" / "backups.jsonl", "a", encoding="utf-8") as handle:  # written after the last run
+        handle.write(json.dumps({"role": "user", "content": "and the restore test?", "timestamp": "2026-03-10T17:00:00Z"}) + "\n")
+    code, out, _ = _run(capsys, "health", "--config", config)
+    assert code == 0 and out.startswith("DEGRADED") and "stale index" in out
+
+
+def test_health_is_ok_on_a_fresh_index_and_an_error_for_another_model(
+    indexed_corpus: IndexedCorpus, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = str(indexed_corpus.config)
+    assert json.loads(_run(capsys, "health", "--config", config, "--json")[1]) == {"status": "OK", "reasons": []}
+    monkeypatch.setenv("SESSIONMEM_EMBEDDING__PROVIDER", "openai")
+    monkeypatch.setenv("SESSIONMEM_EMBEDDING__BASE_URL", "http://127.0.0.1:9/v1")  # never contacted
+    code, out, _ = _run(capsys, "health", "--config", config)
+    assert code == 1 and out.startswith("ERROR") and "reembed" in out
+
+
+def test_search_filters_from_flags_and_the_configured_zone(indexed_corpus: IndexedCorpus, capsys) -> None:
+    config = str(indexed_corpus.config)
+
+    def sessions(*flags: str) -> set[str]:
+        code, out, _ = _run(capsys, "search", "payment retries backups", "--config", config, "--json", "--limit", "20", *flags)
+        assert code == 0
+        return {r["session_id"] for r in json.loads(out)["results"]}
+
+    assert sessions("--before", "2026-03-10") == {"webshop/checkout"}  # March 9, 23:00 in New York
+    assert sessions("--after", "2026-03-10", "--speaker", "MAYA") == set()
+    # the infra alerts were assistant-only and decided nothing
+    assert sessions("--project", "infra", "--role", "user", "--has-decision", "--has-action") == {"infra/backups"}
+    assert sessions("--session", "webshop/checkout", "--speaker", "maya") == {"webshop/checkout"}
+    assert sessions("--topic", "espresso", "--topic", "no-such-topic") == {"notes/grinder"}
+
+
+def test_search_prints_readable_results_and_redacts_secrets(indexed_corpus: IndexedCorpus, capsys) -> None:
+    code, out, _ = _run(capsys, "search", "AWS access key deploy bot", "--config", str(indexed_corpus.config), "--limit", "2")
+    assert code == 0
+    assert out.startswith("1. [") and "webshop/checkout (webshop) 2026-03-10 03:00  messages: c1, c2" in out
+    assert "   | Maya: " in out and "[REDACTED" in out and AWS_KEY not in out
+    code, out, _ = _run(capsys, "search", "coffee", "--config", str(indexed_corpus.config), "--project", "nowhere")
+    assert (code, out) == (0, "no results\n")
+
+
+def test_search_without_a_warehouse_is_an_error(isolated: Path, capsys) -> None:
+    code, _, err = _run(capsys, "search", "anything", "--warehouse", str(isolated / "none.duckdb"))
+    assert code == 1 and "run `sessionmem index` first" in err
+
+
+def test_sessions_lists_the_indexed_sessions(indexed_corpus: IndexedCorpus, capsys) -> None:
+    sessions = json.loads(_run(capsys, "sessions", "--config", str(indexed_corpus.config), "--json")[1])["sessions"]
+    assert {s["session_id"] for s in sessions} == {p.removesuffix(".jsonl") for p in CORPUS}
+    webshop = json.loads(_run(capsys, "sessions", "--config", str(indexed_corpus.config), "--project", "webshop", "--json")[1])
+    assert {s["session_id"] for s in webshop["sessions"]} == {"webshop/checkout", "webshop/search"}
+
+
+def test_config_text_shows_each_origin_and_masks_keys(isolated: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _config(isolated, **{"llm.provider": '"openai"', "llm.api_key": '"sk-live-abcdef123456"'})
+    monkeypatch.setenv("SESSIONMEM_CHUNKING__MAX_TOKENS", "300")
+    code, out, _ = _run(capsys, "config", "--config", str(config), "--warehouse", "elsewhere.duckdb")
+    assert code == 0 and out.startswith(f"config file: {config}")
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert rows["timezone"].endswith(f"America/New_York  ({config})")
+    assert rows["chunking.max_tokens"].endswith("300  (env SESSIONMEM_CHUNKING__MAX_TOKENS)")
+    assert rows["warehouse"].endswith("elsewhere.duckdb  (flag)")
+    assert rows["embedding.provider"].endswith("local  (default)")
+    assert "abcdef123456" not in out and f"({config})" in rows["llm.api_key"]
+
+
+def test_init_writes_a_config_once(isolated: Path, capsys) -> None:
+    target = isolated / "conf" / "sessionmem.toml"
+    code, out, _ = _run(capsys, "init", "--config", str(target), "--warehouse", str(isolated / "w.duckdb"))
+    assert code == 0 and target.is_file() and str(target) in out
+    shown = json.loads(_run(capsys, "config", "--config", str(target), "--json")[1])["values"]
+    assert shown["warehouse"] == {"value": str(isolated / "w.duckdb"), "origin": str(target)}
+    code, _, err = _run(capsys, "init", "--config", str(target))
+    assert code == 1 and "already exists" in err
+    assert _run(capsys, "init", "--config", str(target), "--force")[0] == 0
