@@ -426,6 +426,9 @@ class _Queries:
     def quarantined_sha256(self, path: str) -> str | None:
         return self.scalar("SELECT sha256 FROM quarantine WHERE path = ?", [path])
 
+    def quarantined_paths(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT path FROM quarantine").fetchall()]
+
     def indexed_paths(self) -> list[dict[str, Any]]:
         return self.query("SELECT path, partition_key, session_ids FROM source_files")
 

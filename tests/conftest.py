@@ -22,6 +22,8 @@ import json  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from sessionmem_pipeline.config import Settings, load_settings  # noqa: E402
+
 CORPUS_TIMEZONE = "America/New_York"
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 CORPUS: dict[str, list[tuple[str, str, str, str, str]]] = {
@@ -59,12 +61,12 @@ CORPUS: dict[str, list[tuple[str, str, str, str, str]]] = {
         (f"g{n}{part}", role, speaker, f"2026-03-13T08:{n * 3 + (part == 'b'):02d}:00Z", text)
         for n, (question, answer) in enumerate(
             [
-                ("How fine should the coffee grinder be for espresso?", "Set the coffee grinder to step 4 for espresso."),
+                ("How fine a grind for espresso?", "Set the coffee grinder to step 4 for espresso."),
                 ("And for a pour-over coffee?", "Use step 18 on the coffee grinder for pour-over coffee."),
                 ("Why does my coffee taste sour?", "Sour coffee means under-extraction; grind the coffee finer."),
                 ("Why does my coffee taste bitter?", "Bitter coffee means over-extraction; grind the coffee coarser."),
                 ("How often should I clean the coffee grinder?", "Clean the coffee grinder burrs every two weeks."),
-                ("Which coffee beans for a french press?", "A medium roast coffee, ground coarse, suits a french press."),
+                ("Which coffee beans for a french press?", "A medium roast, ground coarse, suits a french press."),
                 ("How much coffee per cup?", "About 15 grams of coffee for a 250 ml cup."),
                 ("Should coffee beans go in the fridge?", "No, keep coffee beans airtight at room temperature."),
             ]
@@ -92,15 +94,13 @@ class IndexedCorpus:
 
     root: Path
     config: Path  # sessionmem.toml naming the warehouse, the source root and the time zone
-    settings: object  # sessionmem_pipeline.config.Settings loaded from `config` without the environment
-    report: object  # the IndexReport of the one index run
+    settings: Settings  # loaded from `config`, without the environment
 
 
 @pytest.fixture(scope="session")
 def indexed_corpus(tmp_path_factory: pytest.TempPathFactory) -> IndexedCorpus:
     """CORPUS, indexed once with the offline embedder, in the time zone CORPUS_TIMEZONE."""
-    from sessionmem_pipeline.config import load_settings
-    from sessionmem_pipeline.stages.run import index_sources
+    from sessionmem_pipeline.stages.run import index_sources  # the whole pipeline: imported only when used
 
     base = tmp_path_factory.mktemp("corpus")
     write_corpus(base / "sources", CORPUS)
@@ -109,5 +109,5 @@ def indexed_corpus(tmp_path_factory: pytest.TempPathFactory) -> IndexedCorpus:
         f'warehouse = "w.duckdb"\nsources = ["sources"]\ntimezone = "{CORPUS_TIMEZONE}"\n', encoding="utf-8"
     )
     settings = load_settings(config, env={}, cwd=base, home=base)
-    report = index_sources(settings)
-    return IndexedCorpus(base / "sources", config, settings, report)
+    index_sources(settings)
+    return IndexedCorpus(base / "sources", config, settings)

@@ -143,11 +143,12 @@ def test_since_is_a_day_in_the_configured_zone(isolated: Path, capsys, monkeypat
     os.utime(root / "webshop" / "checkout.jsonl", (old, old))
     config = str(_config(isolated))
 
-    validated = json.loads(_run(capsys, "index", "--config", config, "--since", "2026-03-10", "--validate-only", "--json")[1])
+    validate = ("index", "--config", config, "--since", "2026-03-10", "--validate-only", "--json")
+    validated = json.loads(_run(capsys, *validate)[1])
     assert [Path(f["path"]).name for f in validated["files"]] == ["backups.jsonl"]
     assert not (isolated / "w.duckdb").exists()  # --validate-only writes nothing
     monkeypatch.setenv("SESSIONMEM_TIMEZONE", "UTC")  # the same date in UTC includes the older file
-    in_utc = json.loads(_run(capsys, "index", "--config", config, "--since", "2026-03-10", "--validate-only", "--json")[1])
+    in_utc = json.loads(_run(capsys, *validate)[1])
     assert len(in_utc["files"]) == 2
     monkeypatch.delenv("SESSIONMEM_TIMEZONE")
 
@@ -179,16 +180,18 @@ def test_status_and_health_show_quarantine_until_the_file_is_repaired(isolated: 
     assert _run(capsys, "index", "--config", config)[0] == 0
     status = json.loads(_run(capsys, "status", "--config", config, "--json")[1])
     assert status["quarantine"] == [] and status["counts"]["sessions"] == 2
-    assert _run(capsys, "health", "--config", config, "--json")[:2] == (0, json.dumps({"status": "OK", "reasons": []}, indent=2) + "\n")
+    code, out, _ = _run(capsys, "health", "--config", config, "--json")
+    assert (code, json.loads(out)) == (0, {"status": "OK", "reasons": []})
 
     with open(root / "infra" / "backups.jsonl", "a", encoding="utf-8") as handle:  # written after the last run
-        handle.write(json.dumps({"role": "user", "content": "and the restore test?", "timestamp": "2026-03-10T17:00:00Z"}) + "\n")
+        late = {"role": "user", "content": "and the restore test?", "timestamp": "2026-03-10T17:00:00Z"}
+        handle.write(json.dumps(late) + "\n")
     code, out, _ = _run(capsys, "health", "--config", config)
     assert code == 0 and out.startswith("DEGRADED") and "stale index" in out
 
 
 def test_health_is_ok_on_a_fresh_index_and_an_error_for_another_model(
-    indexed_corpus: IndexedCorpus, capsys, monkeypatch: pytest.MonkeyPatch
+    isolated: Path, indexed_corpus: IndexedCorpus, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = str(indexed_corpus.config)
     assert json.loads(_run(capsys, "health", "--config", config, "--json")[1]) == {"status": "OK", "reasons": []}
@@ -198,11 +201,14 @@ def test_health_is_ok_on_a_fresh_index_and_an_error_for_another_model(
     assert code == 1 and out.startswith("ERROR") and "reembed" in out
 
 
-def test_search_filters_from_flags_and_the_configured_zone(indexed_corpus: IndexedCorpus, capsys) -> None:
+def test_search_filters_from_flags_and_the_configured_zone(
+    isolated: Path, indexed_corpus: IndexedCorpus, capsys
+) -> None:
     config = str(indexed_corpus.config)
 
     def sessions(*flags: str) -> set[str]:
-        code, out, _ = _run(capsys, "search", "payment retries backups", "--config", config, "--json", "--limit", "20", *flags)
+        argv = ("search", "payment retries backups", "--config", config, "--json", "--limit", "20", *flags)
+        code, out, _ = _run(capsys, *argv)
         assert code == 0
         return {r["session_id"] for r in json.loads(out)["results"]}
 
@@ -214,12 +220,15 @@ def test_search_filters_from_flags_and_the_configured_zone(indexed_corpus: Index
     assert sessions("--topic", "espresso", "--topic", "no-such-topic") == {"notes/grinder"}
 
 
-def test_search_prints_readable_results_and_redacts_secrets(indexed_corpus: IndexedCorpus, capsys) -> None:
-    code, out, _ = _run(capsys, "search", "AWS access key deploy bot", "--config", str(indexed_corpus.config), "--limit", "2")
+def test_search_prints_readable_results_and_redacts_secrets(
+    isolated: Path, indexed_corpus: IndexedCorpus, capsys
+) -> None:
+    config = str(indexed_corpus.config)
+    code, out, _ = _run(capsys, "search", "AWS access key deploy bot", "--config", config, "--limit", "2")
     assert code == 0
     assert out.startswith("1. [") and "webshop/checkout (webshop) 2026-03-10 03:00  messages: c1, c2" in out
     assert "   | Maya: " in out and "[REDACTED" in out and AWS_KEY not in out
-    code, out, _ = _run(capsys, "search", "coffee", "--config", str(indexed_corpus.config), "--project", "nowhere")
+    code, out, _ = _run(capsys, "search", "coffee", "--config", config, "--project", "nowhere")
     assert (code, out) == (0, "no results\n")
 
 
@@ -228,10 +237,11 @@ def test_search_without_a_warehouse_is_an_error(isolated: Path, capsys) -> None:
     assert code == 1 and "run `sessionmem index` first" in err
 
 
-def test_sessions_lists_the_indexed_sessions(indexed_corpus: IndexedCorpus, capsys) -> None:
-    sessions = json.loads(_run(capsys, "sessions", "--config", str(indexed_corpus.config), "--json")[1])["sessions"]
+def test_sessions_lists_the_indexed_sessions(isolated: Path, indexed_corpus: IndexedCorpus, capsys) -> None:
+    config = str(indexed_corpus.config)
+    sessions = json.loads(_run(capsys, "sessions", "--config", config, "--json")[1])["sessions"]
     assert {s["session_id"] for s in sessions} == {p.removesuffix(".jsonl") for p in CORPUS}
-    webshop = json.loads(_run(capsys, "sessions", "--config", str(indexed_corpus.config), "--project", "webshop", "--json")[1])
+    webshop = json.loads(_run(capsys, "sessions", "--config", config, "--project", "webshop", "--json")[1])
     assert {s["session_id"] for s in webshop["sessions"]} == {"webshop/checkout", "webshop/search"}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +15,9 @@ import pytest
 
 from sessionmem_pipeline.client import SessionMemory
 from sessionmem_pipeline.config import Settings, load_settings
-from sessionmem_pipeline.core.changes import FileStat
+from sessionmem_pipeline.core.changes import FileStat, decide
 from sessionmem_pipeline.providers import LocalMiniLMEmbedder
-from sessionmem_pipeline.stages.discover import SourceFile, discover
+from sessionmem_pipeline.stages.discover import SourceFile, discover, file_stat
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file
 from sessionmem_pipeline.stages.run import index_sources
 from sessionmem_pipeline.stages.search_index import remove_orphans
@@ -86,7 +87,8 @@ def ingest(wh: Warehouse, root: Path, path: Path, **options) -> IngestOutcome:
 
 
 def message_ids(wh: Warehouse, session_id: str) -> list[str]:
-    return [r[0] for r in wh.conn.execute("SELECT message_id FROM messages WHERE session_id = ? ORDER BY seq", [session_id]).fetchall()]
+    rows = wh.conn.execute("SELECT message_id FROM messages WHERE session_id = ? ORDER BY seq", [session_id])
+    return [r[0] for r in rows.fetchall()]
 
 
 # ---- decisions and the work each one causes ----------------------------------------------------------------------
@@ -100,7 +102,8 @@ def test_a_new_file_is_ingested_and_remembered(wh: Warehouse, root: Path) -> Non
     assert outcome.messages_written == 4 and outcome.changed_session_ids == ["proj/live"]
     assert message_ids(wh, "proj/live") == ["m0", "m1", "m2", "m3"]
     (state,) = wh.query("SELECT sha256, size, status, session_ids FROM source_files")
-    assert state == {"sha256": sha256_file(live), "size": live.stat().st_size, "status": "indexed", "session_ids": ["proj/live"]}
+    size = live.stat().st_size
+    assert state == {"sha256": sha256_file(live), "size": size, "status": "indexed", "session_ids": ["proj/live"]}
     assert wh.session_row("proj/live")["project"] == "proj"
 
 
@@ -119,6 +122,20 @@ def test_a_touched_file_with_the_same_bytes_is_unchanged(wh: Warehouse, root: Pa
     ingest(wh, root, live)
     live.write_bytes(lines(4))  # same bytes, new mtime
     assert ingest(wh, root, live).decision == "unchanged"
+
+
+def test_a_touched_file_is_settled_from_its_stat_on_the_next_run(wh: Warehouse, root: Path) -> None:
+    live = root / "proj" / "live.jsonl"
+    live.write_bytes(lines(4))
+    ingest(wh, root, live)
+    os.utime(live, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))  # a touch: same bytes
+    assert ingest(wh, root, live).decision == "unchanged"
+    remembered, _ = wh.source_state(str(live.resolve()))
+
+    def no_reading(count: int) -> bytes:
+        raise AssertionError(f"read {count} bytes of a file whose size and mtime are known")
+
+    assert decide(file_stat(live), remembered, no_reading) == "unchanged"
 
 
 def test_a_grown_file_writes_only_its_new_messages(wh: Warehouse, root: Path) -> None:
@@ -283,11 +300,6 @@ def test_the_bad_line_share_is_configurable(wh: Warehouse, root: Path) -> None:
     assert ingest(wh, root, bad, max_bad_share=0.5).quarantine_reason is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: remove_orphans only walks source_files, so a quarantined file that is deleted stays in the "
-    "quarantine table (status lists it, health stays DEGRADED) forever",
-)
 def test_a_deleted_quarantined_file_leaves_the_quarantine(wh: Warehouse, root: Path) -> None:
     bad = root / "proj" / "bad.jsonl"
     bad.write_bytes(b"\x00\x01 binary")
@@ -297,11 +309,6 @@ def test_a_deleted_quarantined_file_leaves_the_quarantine(wh: Warehouse, root: P
     assert wh.scalar("SELECT count(*) FROM quarantine") == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a file indexed once and then broken is re-read, re-quarantined and reported again on every run "
-    "(ingest_file skips known broken bytes only when the file has no source_files row)",
-)
 def test_a_once_valid_file_that_breaks_is_reported_once(wh: Warehouse, root: Path) -> None:
     live = root / "proj" / "live.jsonl"
     live.write_bytes(lines(4))
@@ -328,7 +335,8 @@ def run_settings(tmp_path: Path, root: Path) -> Settings:
 
 def embeddings(settings: Settings) -> dict[str, list[float]]:
     with Warehouse(settings.warehouse) as wh:
-        return {r[0]: list(r[1]) for r in wh.conn.execute("SELECT chunk_id, embedding FROM chunk_embeddings").fetchall()}
+        rows = wh.conn.execute("SELECT chunk_id, embedding FROM chunk_embeddings").fetchall()
+    return {chunk_id: list(vector) for chunk_id, vector in rows}
 
 
 def test_a_grown_file_embeds_only_its_new_chunks(tmp_path: Path, root: Path, embedder) -> None:

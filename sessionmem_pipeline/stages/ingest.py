@@ -58,6 +58,9 @@ def ingest_file(
     if decision == changes.UNCHANGED:
         outcome.session_ids = list(row["session_ids"] or []) if row else []
         outcome.format = row["format"] if row else None
+        if previous is not None and current is not None and current.mtime_ns != previous.mtime_ns:
+            with wh.transaction():  # touched, same bytes: settle it from its stat next time
+                wh.conn.execute("UPDATE source_files SET mtime_ns = ? WHERE path = ?", [current.mtime_ns, source.path])
         return outcome
 
     try:
@@ -71,7 +74,7 @@ def ingest_file(
         outcome.quarantine_reason = "unreadable"
         return outcome
     sha256 = changes.sha256_bytes(data)
-    if not full and row is None and wh.quarantined_sha256(source.path) == sha256:
+    if not full and wh.quarantined_sha256(source.path) == sha256:
         outcome.decision = changes.UNCHANGED  # still the same broken file: nothing new to say
         return outcome
     report, parsed = inspect_file(source.path, source.root, data, max_bad_share=max_bad_share)

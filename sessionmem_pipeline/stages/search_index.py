@@ -32,6 +32,10 @@ def remove_orphans(wh: Warehouse, roots: Sequence[Path] | None = None) -> int:
         if not os.path.exists(row["path"]):
             remove_file(wh, row["path"])
             removed += 1
+    for path in wh.quarantined_paths():  # never indexed, so not in source_files
+        if (prefixes is None or path.startswith(prefixes)) and not os.path.exists(path):
+            remove_file(wh, path)
+            removed += 1
     return removed
 
 
