@@ -1,55 +1,144 @@
-"""Threads link related sessions and leave an unrelated one alone, with real offline embeddings."""
+"""Threads link related sessions and leave an unrelated one alone, on real offline embeddings of realistic sessions."""
 
-from datetime import UTC, datetime
+import dataclasses
+import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from sessionmem_pipeline.core.context import SessionContext, contextual_prefix
 from sessionmem_pipeline.core.threads import ThreadInput, build_threads, link_score
 from sessionmem_pipeline.providers import LocalMiniLMEmbedder
 
-SUMMARIES = {
-    "checkout-1": "Customer checkout fails with a 500 when a gift card is applied after a coupon; traced to the order "
-    "of discounts in pricing.py; fixed by applying coupons first.",
-    "checkout-2": "Follow-up on the gift card checkout bug: a regression test for coupons and gift cards, and the "
-    "refund for order W-77120 that failed at checkout.",
-    "holiday": "Planning the team offsite: choosing a venue in Lisbon, travel dates in June and a budget for dinners.",
+# (day of March 2026, summary as text_for_embedding renders it, topics, files_modified, exchanges)
+SESSIONS = {
+    "checkout-1": (3, "Checkout fails with HTTP 500 when a customer applies a gift card after a coupon. Traced to the "
+        "order of discounts in pricing.py: the gift card was charged before the coupon reduced the total. Decided to "
+        "apply coupons first, then gift cards.\nTopics: checkout, gift card, coupon\nFiles: src/shop/pricing.py",
+        ("checkout", "gift-card", "coupon"), ("src/shop/pricing.py",), [
+        "User: Checkout throws a 500 when I use a gift card after a coupon.\n\nAssistant: The traceback points at "
+        "apply_discounts in pricing.py; the gift card is charged before the coupon.",
+        "User: So the order is wrong?\n\nAssistant: Yes. I'll apply coupons first, then gift cards, and clamp the "
+        "balance at zero."]),
+    "checkout-2": (12, "Follow-up on the gift card checkout bug: added a regression test for coupons combined with "
+        "gift cards, and found that sale items skip the coupon check in pricing.py. Refunded order W-77120.\n"
+        "Topics: gift card, checkout, regression test\nFiles: src/shop/pricing.py, tests/test_pricing.py",
+        ("gift-card", "checkout", "regression-test"), ("src/shop/pricing.py", "tests/test_pricing.py"), [
+        "User: The gift card bug is back for sale items.\n\nAssistant: Sale prices skip the coupon check in "
+        "pricing.py, so the gift card sees the undiscounted total.",
+        "User: Please refund order W-77120.\n\nAssistant: Refunded; I also added a regression test combining "
+        "coupons and gift cards."]),
+    "ci": (5, "Sped up the GitHub Actions workflow: cached the pip downloads, split the test job by marker and "
+        "upgraded the runners to Python 3.12; a flaky Selenium test was quarantined.\nTopics: ci, github actions, "
+        "python upgrade\nFiles: .github/workflows/test.yml, pyproject.toml",
+        ("ci", "github-actions", "python-upgrade"), (".github/workflows/test.yml", "pyproject.toml"), [
+        "User: CI takes 20 minutes, can we speed it up?\n\nAssistant: I'll cache pip downloads in the GitHub "
+        "Actions workflow and split the tests by marker.",
+        "User: The Selenium test keeps failing randomly.\n\nAssistant: It's flaky on the runner; I quarantined it "
+        "and upgraded the runners to Python 3.12."]),
+    "auth-1": (6, "Users are logged out after five minutes: the session cookie expiry ignored the remember-me flag "
+        "in auth/session.py. Switched to refresh tokens with a 14 day lifetime.\nTopics: login, session expiry, "
+        "refresh token\nFiles: src/shop/auth/session.py",
+        ("login", "session-expiry", "refresh-token"), ("src/shop/auth/session.py",), [
+        "User: People get logged out after five minutes.\n\nAssistant: The cookie expiry in auth/session.py "
+        "ignores the remember-me flag.",
+        "User: What do you suggest?\n\nAssistant: Refresh tokens with a 14 day lifetime and short access tokens."]),
+    "auth-2": (20, "Refresh tokens from the login fix are not revoked on password change; added revocation and a "
+        "test, and shortened access tokens to 15 minutes.\nTopics: refresh token, password change, login\n"
+        "Files: src/shop/auth/session.py, tests/test_auth.py",
+        ("refresh-token", "password-change", "login"), ("src/shop/auth/session.py", "tests/test_auth.py"), [
+        "User: Changing the password doesn't log out other devices.\n\nAssistant: Refresh tokens are never revoked; "
+        "I'll revoke them on password change.",
+        "User: Add a test for it.\n\nAssistant: Done, and access tokens now last 15 minutes."]),
 }
 
 
 @pytest.fixture(scope="module")
-def sessions() -> list[ThreadInput]:
-    vectors = LocalMiniLMEmbedder().embed(list(SUMMARIES.values()))
-    days = {"checkout-1": 3, "checkout-2": 12, "holiday": 5}
-    topics = {"checkout-1": ("gift-card", "checkout"), "checkout-2": ("gift-card", "refund"), "holiday": ("offsite",)}
-    files = {"checkout-1": ("pricing.py",), "checkout-2": ("pricing.py", "test_pricing.py"), "holiday": ()}
-    return [
-        ThreadInput(sid, "webshop", datetime(2026, 3, days[sid], tzinfo=UTC), topics[sid], files[sid], list(v))
-        for sid, v in zip(SUMMARIES, vectors, strict=True)
-    ]
+def webshop() -> dict[str, ThreadInput]:
+    """The sessions as the pipeline stores them: summary vectors, and chunk vectors embedded with their prefix."""
+    embedder = LocalMiniLMEmbedder()
+    summaries = embedder.embed([summary for _, summary, *_ in SESSIONS.values()])
+    inputs = {}
+    for (sid, (day, _, topics, files, exchanges)), summary_vector in zip(SESSIONS.items(), summaries, strict=True):
+        started = datetime(2026, 3, day, 10, tzinfo=UTC)
+        context = SessionContext("webshop", started, exchanges[0].split("\n")[0].removeprefix("User: "), "UTC")
+        prefix = contextual_prefix(context, ["user", "assistant"], [], None)
+        chunk_vectors = embedder.embed([f"{prefix}\n\n{exchange}" for exchange in exchanges])
+        inputs[sid] = ThreadInput(
+            session_id=sid, project="webshop", started_at=started, ended_at=started + timedelta(minutes=40),
+            topics=topics, files=files, summary_vector=list(summary_vector), chunk_vectors=[list(v) for v in chunk_vectors],
+        )
+    return inputs
 
 
-def test_related_sessions_share_a_thread_and_the_unrelated_one_is_alone(sessions: list[ThreadInput]) -> None:
-    (thread,) = build_threads(sessions)
+def pick(webshop: dict[str, ThreadInput], *names: str) -> list[ThreadInput]:
+    return [webshop[name] for name in names]
+
+
+def test_two_related_sessions_share_a_thread_and_the_unrelated_one_is_in_none(webshop) -> None:
+    (thread,) = build_threads(pick(webshop, "checkout-1", "ci", "checkout-2"))
+    assert thread.session_ids == ("checkout-1", "checkout-2")  # time order; "ci" is in no thread
+    assert thread.project == "webshop"
+    assert thread.title == "checkout, gift card"  # the topics both sessions share
+    assert 0.5 <= thread.cohesion <= 1
+
+
+def test_threads_do_not_depend_on_input_order(webshop) -> None:
+    sessions = list(webshop.values())
+    assert build_threads(sessions) == build_threads(sessions[::-1]) == build_threads(sessions[2:] + sessions[:2])
+
+
+def test_interleaved_discussions_form_separate_threads(webshop) -> None:
+    threads = build_threads(list(webshop.values()))
+    assert [t.session_ids for t in threads] == [("checkout-1", "checkout-2"), ("auth-1", "auth-2")]  # earliest first
+    assert threads[1].title == "login, refresh token"
+    assert len({t.thread_id for t in threads}) == 2
+
+
+def test_related_sessions_score_above_unrelated_ones(webshop) -> None:
+    related = [link_score(webshop["checkout-1"], webshop["checkout-2"]), link_score(webshop["auth-1"], webshop["auth-2"])]
+    unrelated = [link_score(webshop[a], webshop[b]) for a, b in
+                 [("checkout-1", "ci"), ("checkout-2", "auth-2"), ("ci", "auth-1"), ("checkout-1", "auth-1")]]
+    assert min(related) > 0.5 > max(unrelated)
+    assert link_score(webshop["checkout-1"], webshop["checkout-2"]) == link_score(webshop["checkout-2"], webshop["checkout-1"])
+
+
+def test_time_weakens_a_link_and_a_long_gap_breaks_it(webshop) -> None:
+    def later(days: int) -> ThreadInput:
+        start = webshop["checkout-2"].started_at + timedelta(days=days)
+        return dataclasses.replace(webshop["checkout-2"], started_at=start, ended_at=start + timedelta(hours=1))
+
+    scores = [link_score(webshop["checkout-1"], later(days)) for days in (0, 30, 60)]
+    assert scores == sorted(scores, reverse=True) and scores[-1] > 0
+    assert link_score(webshop["checkout-1"], later(120)) == 0
+    assert build_threads([webshop["checkout-1"], later(120)]) == []
+    assert len(build_threads([webshop["checkout-1"], later(120)], max_gap_days=None)) == 1
+
+
+def test_a_session_without_a_summary_joins_its_thread_through_chunks_topics_and_files(webshop) -> None:
+    unsummarized = dataclasses.replace(webshop["checkout-2"], summary_vector=None)
+    (thread,) = build_threads([webshop["checkout-1"], unsummarized, webshop["ci"]])
     assert thread.session_ids == ("checkout-1", "checkout-2")
-    assert "gift card" in thread.title
-    assert thread.thread_id == build_threads(list(reversed(sessions)))[0].thread_id  # deterministic
 
 
-def test_link_scores_order_related_above_unrelated(sessions: list[ThreadInput]) -> None:
-    one, two, holiday = sessions
-    assert link_score(one, two) > 0.5 > link_score(one, holiday)
+def test_sessions_of_other_projects_are_never_linked(webshop) -> None:
+    moved = dataclasses.replace(webshop["checkout-2"], project="other")
+    assert build_threads([webshop["checkout-1"], moved, webshop["ci"]]) == []
 
 
-def test_sessions_of_other_projects_are_never_linked(sessions: list[ThreadInput]) -> None:
-    moved = [sessions[0], ThreadInput(**{**vars(sessions[1]), "project": "other"}), sessions[2]]
-    assert build_threads(moved) == []
+def test_average_linkage_does_not_chain_unrelated_sessions(webshop) -> None:
+    """A session touching both discussions joins at most one of them; the two stay apart."""
+    bridge_topics = ("checkout", "gift-card", "login", "refresh-token")
+    bridge = ThreadInput("bridge", "webshop", webshop["ci"].started_at, topics=bridge_topics,
+                         files=("src/shop/pricing.py", "src/shop/auth/session.py"))
+    threads = build_threads([*pick(webshop, "checkout-1", "checkout-2", "auth-1", "auth-2"), bridge])
+    assert len(threads) == 2
+    assert not any({"checkout-1", "auth-1"} <= set(t.session_ids) for t in threads)
 
 
 def test_index_builds_threads_and_search_results_name_theirs(tmp_path) -> None:
-    import json
-
-    from sessionmem_pipeline.client import SessionMemory
     from sessionmem_pipeline.cli import main
+    from sessionmem_pipeline.client import SessionMemory
     from sessionmem_pipeline.config import load_settings
     from sessionmem_pipeline.stages.run import index_sources
 
