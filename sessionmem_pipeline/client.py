@@ -20,7 +20,7 @@ import duckdb
 
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.context import zone
-from sessionmem_pipeline.warehouse import Snapshot, open_reader, search_log_path, snapshot_path
+from sessionmem_pipeline.warehouse import CHUNK_DOCUMENTS, Snapshot, open_reader, search_log_path, snapshot_path
 
 CANDIDATES = 150  # per retriever, before fusion
 SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
@@ -265,13 +265,15 @@ class SessionMemory:
         return Filters(**filters, timezone=self.settings.timezone)
 
     def bm25_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
-        """Chunk ids and BM25 scores, best first."""
+        """Chunk ids and BM25 scores, best first (each chunk read with the end of the one before it, see
+        warehouse.CHUNK_DOCUMENTS_SQL)."""
         where, params = filters.chunk_sql()
         try:
             rows = self.connection().execute(
                 f"""
                 SELECT chunk_id, score FROM (
-                    SELECT c.chunk_id, fts_main_chunks.match_bm25(c.chunk_id, ?) AS score FROM chunks c WHERE {where}
+                    SELECT c.chunk_id, fts_main_{CHUNK_DOCUMENTS}.match_bm25(c.chunk_id, ?) AS score
+                    FROM chunks c WHERE {where}
                 ) WHERE score IS NOT NULL ORDER BY score DESC, chunk_id LIMIT ?
                 """,
                 [query, *params, limit],

@@ -144,7 +144,7 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
         failures = _count(conn, "embedding_failures")
         quarantined = _count(conn, "quarantine")
         fts = conn.execute(
-            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'fts_main_chunks'"
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'fts_main_chunk_documents'"
         ).fetchone()[0]
         model_row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
         conn_model = model_row[0] if model_row else None
