@@ -102,7 +102,9 @@ def build(path: Path, count: int, seed: int = 7) -> tuple[np.ndarray, float]:
             "CREATE INDEX chunk_embeddings_hnsw ON chunk_embeddings USING HNSW (embedding) WITH (metric = 'cosine')"
         )
         build_seconds = time.perf_counter() - started
-        wh.refresh_fts()
+        with wh.transaction():
+            wh.sync_keyword_index("chunks")
+        wh.compact_keyword_index(force=True)
         wh.checkpoint()
     publish_snapshot(path)
     return vectors, build_seconds

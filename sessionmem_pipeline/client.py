@@ -20,7 +20,7 @@ import duckdb
 
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.context import zone
-from sessionmem_pipeline.warehouse import CHUNK_DOCUMENTS, Snapshot, open_reader, search_log_path, snapshot_path
+from sessionmem_pipeline.warehouse import Snapshot, keyword_search, open_reader, search_log_path, snapshot_path
 
 CANDIDATES = 150  # per retriever, before fusion
 SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
@@ -266,21 +266,14 @@ class SessionMemory:
 
     def bm25_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
         """Chunk ids and BM25 scores, best first (each chunk read with the end of the one before it, see
-        warehouse.CHUNK_DOCUMENTS_SQL)."""
+        warehouse.KEYWORD_CORPORA)."""
         where, params = filters.chunk_sql()
+        scope = None if where == "TRUE" else f"SELECT c.chunk_id FROM chunks c WHERE {where}"
         try:
-            rows = self.connection().execute(
-                f"""
-                SELECT chunk_id, score FROM (
-                    SELECT c.chunk_id, fts_main_{CHUNK_DOCUMENTS}.match_bm25(c.chunk_id, ?) AS score
-                    FROM chunks c WHERE {where}
-                ) WHERE score IS NOT NULL ORDER BY score DESC, chunk_id LIMIT ?
-                """,
-                [query, *params, limit],
-            ).fetchall()
+            rows = keyword_search(self.connection(), "chunks", query, limit=limit, scope=scope, scope_params=params)
         except duckdb.CatalogException:
-            return {}  # no FTS index yet (an empty warehouse)
-        return dict(rows)
+            return {}  # a snapshot from before the keyword index: `sessionmem index` builds it
+        return {chunk_id: score for chunk_id, _, score in rows}
 
     def vector_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
         """Chunk ids and cosine similarities to the query, best first.
@@ -384,12 +377,9 @@ class SessionMemory:
         latest = f"""FROM session_summaries v JOIN sessions s
                      ON s.session_id = v.session_id AND s.summary_version = v.version WHERE {where}"""
         try:
-            bm25 = conn.execute(
-                f"""SELECT session_id FROM (SELECT v.session_id,
-                        fts_main_session_summaries.match_bm25(v.summary_id, ?) AS score {latest})
-                    WHERE score IS NOT NULL ORDER BY score DESC, session_id LIMIT ?""",
-                [query, *params, CANDIDATES],
-            ).fetchall()
+            bm25 = keyword_search(
+                conn, "summaries", query, limit=CANDIDATES, scope=f"SELECT v.summary_id {latest}", scope_params=params
+            )
         except duckdb.CatalogException:
             bm25 = []
         vector = self._query_vector(query)
@@ -402,7 +392,7 @@ class SessionMemory:
             ).fetchall()
         s = self.settings
         fused = reciprocal_rank_fusion(
-            [([r[0] for r in bm25], s["search.bm25_weight"]), ([r[0] for r in semantic], s["search.vector_weight"])],
+            [([r[1] for r in bm25], s["search.bm25_weight"]), ([r[0] for r in semantic], s["search.vector_weight"])],
             k=s["search.rrf_k"],
         )
         top = sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:limit]
@@ -465,11 +455,7 @@ class SessionMemory:
         started = time.perf_counter()
         conn = self.connection()
         try:
-            bm25 = [r[0] for r in conn.execute(
-                """SELECT memory_id FROM (SELECT memory_id, fts_main_memories.match_bm25(memory_id, ?) AS score
-                   FROM memories) WHERE score IS NOT NULL ORDER BY score DESC, memory_id LIMIT ?""",
-                [query, CANDIDATES],
-            ).fetchall()]
+            bm25 = [r[0] for r in keyword_search(conn, "memories", query, limit=CANDIDATES)]
         except duckdb.CatalogException:
             bm25 = []
         vector = self._query_vector(query)

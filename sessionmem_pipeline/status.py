@@ -143,16 +143,14 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
         embedded = _count(conn, "chunk_embeddings")
         failures = _count(conn, "embedding_failures")
         quarantined = _count(conn, "quarantine")
-        fts = conn.execute(
-            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'fts_main_chunk_documents'"
-        ).fetchone()[0]
+        fts = _count(conn, "kw_docs")
         model_row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
         conn_model = model_row[0] if model_row else None
         last_indexed = conn.execute("SELECT max(last_indexed_at) FROM source_files").fetchone()[0]
     finally:
         conn.close()
     if chunks and not fts:
-        errors.append("full-text index missing: run `sessionmem index`")
+        errors.append("keyword index missing: run `sessionmem index`")
     if embedded < chunks:
         problems.append(f"{chunks - embedded} of {chunks} chunks have no embedding ({failures} failed)")
     if quarantined:

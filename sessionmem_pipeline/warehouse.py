@@ -31,27 +31,44 @@ from sessionmem_pipeline.core.changes import IndexedState
 from sessionmem_pipeline.core.models import Chunk, CollapsedMessage, Message, ToolCall, ToolRecord
 
 DATABASE = "wh"
-SCHEMA_VERSION = 3
-FTS_IGNORE = r"(\.|[^a-z0-9])+"
-"""What the BM25 tokenizer drops: DuckDB's default also drops digits, which loses order numbers, error codes,
+SCHEMA_VERSION = 4
+KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
+"""What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
-CHUNK_DOCUMENTS = "chunk_documents"
-"""The table the chunks' BM25 index is built from (then dropped: the index keeps its own copy of the terms)."""
 PREVIOUS_CHARS = 400
-CHUNK_DOCUMENTS_SQL = f"""
-    SELECT chunk_id, context_content,
-           right(lag(content) OVER (PARTITION BY session_id ORDER BY chunk_index), {PREVIOUS_CHARS}) AS previous
-    FROM chunks"""
+BM25_K = 1.2
+BM25_B = 0.75
+
+
+def tokens_sql(text: str) -> str:
+    """The words of a SQL text expression, as DuckDB's fts extension splits them (lower case, accents stripped)."""
+    return f"string_split_regex(regexp_replace(lower(strip_accents(CAST({text} AS VARCHAR))), '{KEYWORD_IGNORE}', ' ', 'g'), '\\s+')"
+
+
+@dataclass(frozen=True)
+class KeywordCorpus:
+    """One BM25 index: `documents` selects (doc_id, session_id, text) from the rows `{scope}` keeps."""
+
+    documents: str
+    scope_column: str | None = "session_id"
+
+
+KEYWORD_CORPORA = {
+    "chunks": KeywordCorpus(
+        f"""SELECT chunk_id AS doc_id, session_id, concat_ws(' ', context_content,
+                   right(lag(content) OVER (PARTITION BY session_id ORDER BY chunk_index), {PREVIOUS_CHARS})) AS text
+            FROM chunks WHERE {{scope}}"""
+    ),
+    "summaries": KeywordCorpus("SELECT summary_id AS doc_id, session_id, search_text AS text FROM session_summaries WHERE {scope}"),
+    "memories": KeywordCorpus("SELECT memory_id AS doc_id, session_id, content AS text FROM memories WHERE {scope}", None),
+}
 """One BM25 document per chunk: its contextual prefix and text, and the end of the chunk before it in its session
 (the message it answers: "How was the trip?" names what the reply "We hiked and roasted marshmallows" is about).
-Measured on LoCoMo dev (benchmarks/retrieval.py), hybrid recall within 10 turns 0.728 -> 0.80."""
-FTS_TABLES = {
-    CHUNK_DOCUMENTS: ("chunk_id", "context_content", "previous"),
-    "session_summaries": ("summary_id", "search_text"),
-    "memories": ("memory_id", "content"),
-}
-FTS_SOURCES = {CHUNK_DOCUMENTS: CHUNK_DOCUMENTS_SQL}
-"""Indexed tables built for the index alone, from these queries."""
+Measured on LoCoMo dev (benchmarks/retrieval.py), hybrid recall within 10 turns 0.728 -> 0.80. Summaries (every
+version) and curated memories have their own corpora."""
+KEYWORD_RESORT_SHARE = 0.1
+"""Postings are stored sorted by term, so a query reads only the row groups of its terms (zone maps); rows
+appended since the last sort are read whole, and once they pass this share of all postings the table is re-sorted."""
 
 
 class WarehouseError(RuntimeError):
@@ -146,6 +163,19 @@ MIGRATIONS: dict[int, list[str]] = {
         """CREATE TABLE session_threads (
             thread_id VARCHAR, session_id VARCHAR, position INTEGER, title VARCHAR, topics VARCHAR[],
             updated_at TIMESTAMPTZ)""",
+    ],
+    4: [  # the keyword index maintained per changed document (replaces the fts extension's rebuilt index)
+        "CREATE TABLE kw_stopwords (word VARCHAR)",  # filled by Warehouse._seed_stopwords
+        "CREATE SEQUENCE kw_term_ids",
+        "CREATE SEQUENCE kw_doc_keys",
+        "CREATE TABLE kw_terms (corpus VARCHAR, term VARCHAR, term_id BIGINT, df BIGINT)",
+        """CREATE TABLE kw_docs (
+            corpus VARCHAR, doc_key BIGINT, doc_id VARCHAR, session_id VARCHAR, len INTEGER, doc_hash VARCHAR)""",
+        "CREATE TABLE kw_postings (term_id BIGINT, doc_key BIGINT, tf INTEGER)",
+        "CREATE TABLE kw_staging (doc_key BIGINT, term VARCHAR, tf INTEGER)",
+        "DROP SCHEMA IF EXISTS fts_main_chunk_documents CASCADE",
+        "DROP SCHEMA IF EXISTS fts_main_session_summaries CASCADE",
+        "DROP SCHEMA IF EXISTS fts_main_memories CASCADE",
     ],
 }
 
@@ -472,6 +502,8 @@ class _Queries:
         for table in SESSION_TABLES:
             if table != "chunk_embeddings" or self._table_exists(table):
                 self.delete_where(table, "session_id", session_ids)
+        for corpus in ("chunks", "summaries"):
+            self.sync_keyword_index(corpus, session_ids)
 
     def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
         """Start, end, counts and speakers of sessions, from their messages."""
@@ -536,6 +568,20 @@ class Warehouse(_Queries):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = connect(self.path)
         migrate(self.conn)
+        self._seed_stopwords()
+
+    def _seed_stopwords(self) -> None:
+        """The fts extension's English stopword list, taken from a throwaway index in the in-memory database
+        (its `create_fts_index` cannot run inside a migration's transaction)."""
+        if self.scalar("SELECT count(*) FROM kw_stopwords"):
+            return
+        self.conn.execute("USE memory")
+        try:
+            self.conn.execute("CREATE OR REPLACE TABLE kw_seed (id VARCHAR, text VARCHAR)")
+            self.conn.execute("PRAGMA create_fts_index('kw_seed', 'id', 'text', overwrite = 1)")
+            self.conn.execute(f"INSERT INTO {DATABASE}.kw_stopwords SELECT sw FROM fts_main_kw_seed.stopwords")
+        finally:
+            self.conn.execute(f"USE {DATABASE}")
 
     def close(self) -> None:
         self.conn.close()
@@ -611,18 +657,113 @@ class Warehouse(_Queries):
             self.set_meta("embedding_dimensions", str(dimensions))
         return True
 
-    def refresh_fts(self) -> None:
-        """Rebuild the BM25 indexes (DuckDB's FTS index is a snapshot of its table, not maintained on write)."""
-        for table, (key, *columns) in FTS_TABLES.items():
-            if table in FTS_SOURCES:
-                self.conn.execute(f"CREATE OR REPLACE TABLE {table} AS {FTS_SOURCES[table]}")
-            fields = ", ".join(f"'{column}'" for column in columns)
+    # -- keyword index --
+
+    def sync_keyword_index(self, corpus: str, session_ids: Sequence[str] | None = None) -> int:
+        """Bring the BM25 terms of these sessions' documents (of every document when None) up to date with their
+        rows: documents whose text changed or that are gone lose their postings, new texts get theirs. Call
+        inside the transaction that changed the rows. Returns how many documents were (re)indexed."""
+        spec = KEYWORD_CORPORA[corpus]
+        scoped = session_ids is not None and spec.scope_column is not None
+        if scoped and not session_ids:
+            return 0
+        params: dict[str, Any] = {"corpus": corpus, **({"ids": list(session_ids)} if scoped else {})}
+        rows_scope = f"{spec.scope_column} IN (SELECT unnest($ids))" if scoped else "TRUE"
+        docs_scope = "d.session_id IN (SELECT unnest($ids))" if scoped else "TRUE"
+        documents = f"""(SELECT doc_id, session_id, text, md5(coalesce(text, '')) AS doc_hash
+                         FROM ({spec.documents.format(scope=rows_scope)}))"""
+        gone = {
+            "gone": [
+                row[0]
+                for row in self.conn.execute(
+                    f"""SELECT d.doc_key FROM kw_docs d WHERE d.corpus = $corpus AND {docs_scope} AND NOT EXISTS (
+                            SELECT 1 FROM {documents} x WHERE x.doc_id = d.doc_id AND x.doc_hash = d.doc_hash)""",
+                    params,
+                ).fetchall()
+            ]
+        }
+        if gone["gone"]:
             self.conn.execute(
-                f"PRAGMA create_fts_index('{table}', '{key}', {fields}, ignore = '{FTS_IGNORE}', overwrite = 1)"
+                """UPDATE kw_terms SET df = df - g.n FROM (
+                       SELECT term_id, count(*) AS n FROM kw_postings WHERE doc_key IN (SELECT unnest($gone))
+                       GROUP BY term_id) g
+                   WHERE kw_terms.term_id = g.term_id""",
+                gone,
             )
-            if table in FTS_SOURCES:
-                self.conn.execute(f"DROP TABLE {table}")
-        self.conn.execute("DROP SCHEMA IF EXISTS fts_main_chunks CASCADE")  # built before chunk_documents
+            self.conn.execute("DELETE FROM kw_postings WHERE doc_key IN (SELECT unnest($gone))", gone)
+            self.conn.execute("DELETE FROM kw_docs WHERE doc_key IN (SELECT unnest($gone))", gone)
+        added = self.conn.execute(
+            f"""INSERT INTO kw_docs
+                SELECT $corpus, nextval('kw_doc_keys'), doc_id, session_id, NULL, doc_hash FROM {documents} x
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM kw_docs d WHERE d.corpus = $corpus AND d.doc_id = x.doc_id AND d.doc_hash = x.doc_hash)""",
+            params,
+        ).fetchone()[0]
+        if added:
+            self._index_new_documents(corpus, documents, params)
+        return added
+
+    def _index_new_documents(self, corpus: str, documents: str, params: dict[str, Any]) -> None:
+        """Terms, document frequencies, postings and lengths of the documents inserted without a length."""
+        self.conn.execute(
+            f"""INSERT INTO kw_staging
+                SELECT doc_key, stem(word, 'porter') AS term, count(*)::INTEGER FROM (
+                    SELECT d.doc_key, unnest({tokens_sql('x.text')}) AS word
+                    FROM kw_docs d JOIN {documents} x ON x.doc_id = d.doc_id
+                    WHERE d.corpus = $corpus AND d.len IS NULL)
+                WHERE word <> '' AND word NOT IN (SELECT word FROM kw_stopwords)
+                GROUP BY ALL""",
+            params,
+        )
+        self.conn.execute(
+            """INSERT INTO kw_terms SELECT $corpus, term, nextval('kw_term_ids'), 0 FROM (
+                   SELECT DISTINCT term FROM kw_staging s WHERE NOT EXISTS (
+                       SELECT 1 FROM kw_terms t WHERE t.corpus = $corpus AND t.term = s.term))""",
+            {"corpus": corpus},
+        )
+        self.conn.execute(
+            """UPDATE kw_terms SET df = df + s.n FROM (SELECT term, count(*) AS n FROM kw_staging GROUP BY term) s
+               WHERE kw_terms.corpus = $corpus AND kw_terms.term = s.term""",
+            {"corpus": corpus},
+        )
+        postings = self.conn.execute(
+            """INSERT INTO kw_postings SELECT t.term_id, s.doc_key, s.tf
+               FROM kw_staging s JOIN kw_terms t ON t.corpus = $corpus AND t.term = s.term ORDER BY t.term_id""",
+            {"corpus": corpus},
+        ).fetchone()[0]
+        self.conn.execute(
+            """UPDATE kw_docs SET len = coalesce(l.n, 0) FROM (
+                   SELECT d.doc_key, sum(s.tf) AS n FROM kw_docs d LEFT JOIN kw_staging s USING (doc_key)
+                   WHERE d.corpus = $corpus AND d.len IS NULL GROUP BY d.doc_key) l
+               WHERE kw_docs.doc_key = l.doc_key""",
+            {"corpus": corpus},
+        )
+        self.conn.execute("DELETE FROM kw_staging")
+        unsorted = int(self.get_meta("kw_unsorted_postings") or 0) + postings
+        self.set_meta("kw_unsorted_postings", str(unsorted))
+
+    def ensure_keyword_index(self) -> bool:
+        """Index every document once (a warehouse from before the keyword index); True when it did."""
+        if self.get_meta("kw_built"):
+            return False
+        with self.transaction():
+            for corpus in KEYWORD_CORPORA:
+                self.sync_keyword_index(corpus)
+            self.set_meta("kw_built", "1")
+        return True
+
+    def compact_keyword_index(self, *, force: bool = False) -> bool:
+        """Re-sort the postings by term once the rows appended since the last sort pass KEYWORD_RESORT_SHARE."""
+        unsorted = int(self.get_meta("kw_unsorted_postings") or 0)
+        total = self.scalar("SELECT count(*) FROM kw_postings")
+        if not force and unsorted <= KEYWORD_RESORT_SHARE * total:
+            return False
+        with self.transaction():
+            self.conn.execute("CREATE TABLE kw_postings_sorted AS SELECT * FROM kw_postings ORDER BY term_id, doc_key")
+            self.conn.execute("DROP TABLE kw_postings")
+            self.conn.execute("ALTER TABLE kw_postings_sorted RENAME TO kw_postings")
+            self.set_meta("kw_unsorted_postings", "0")
+        return True
 
     def compact_vector_index(self) -> None:
         """Drop deleted entries from the HNSW graph so it stays small and accurate."""
@@ -670,6 +811,44 @@ def publish_snapshot(warehouse: Path) -> Path:
     finally:
         os.close(directory)
     return target
+
+
+def keyword_search(
+    conn: duckdb.DuckDBPyConnection,
+    corpus: str,
+    query: str,
+    *,
+    limit: int,
+    scope: str | None = None,
+    scope_params: Sequence[Any] = (),
+) -> list[tuple[str, str | None, float]]:
+    """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) keeps.
+
+    The same scores as DuckDB's fts `match_bm25`, reading only the postings of the query's terms (the postings
+    are sorted by term, so zone maps skip the rest) instead of scoring every row."""
+    terms = conn.execute(
+        f"""SELECT term_id, df FROM kw_terms WHERE corpus = ? AND df > 0 AND term IN (
+                SELECT DISTINCT stem(unnest({tokens_sql('?')}), 'porter'))""",
+        [corpus, query],
+    ).fetchall()
+    if not terms:
+        return []
+    ids = ", ".join(str(int(term_id)) for term_id, _ in terms)
+    frequencies = ", ".join(f"({int(term_id)}, {int(df)})" for term_id, df in terms)
+    where = f"WHERE d.doc_id IN ({scope})" if scope else ""
+    return conn.execute(
+        f"""
+        WITH stats AS (SELECT count(*) AS n, avg(len) AS avgdl FROM kw_docs WHERE corpus = ?),
+             q(term_id, df) AS (VALUES {frequencies}),
+             hits AS (SELECT term_id, doc_key, tf FROM kw_postings WHERE term_id IN ({ids}))
+        SELECT d.doc_id, d.session_id,
+               sum(log((n - df + 0.5) / (df + 0.5) + 1)
+                   * tf * ({BM25_K} + 1) / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / avgdl))) AS score
+        FROM hits JOIN q USING (term_id) JOIN kw_docs d USING (doc_key), stats
+        {where}
+        GROUP BY d.doc_id, d.session_id ORDER BY score DESC, d.doc_id LIMIT ?""",
+        [corpus, *scope_params, limit],
+    ).fetchall()
 
 
 class Snapshot(_Queries):

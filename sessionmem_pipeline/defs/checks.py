@@ -70,7 +70,8 @@ def search_index_covers_all_chunks(sessionmem: SessionmemResource) -> dg.AssetCh
     """The BM25 index has a document for every chunk."""
     missing = _scalar(
         sessionmem,
-        "SELECT count(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM fts_main_chunk_documents.docs d WHERE d.name = c.chunk_id)",
+        "SELECT count(*) FROM chunks c WHERE NOT EXISTS "
+        "(SELECT 1 FROM kw_docs d WHERE d.corpus = 'chunks' AND d.doc_id = c.chunk_id)",
     )
     return dg.AssetCheckResult(passed=missing == 0, metadata={"chunks_not_indexed": missing})
 

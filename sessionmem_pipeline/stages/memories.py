@@ -117,5 +117,6 @@ def ingest_memories(wh: Warehouse, roots: Sequence[Path], embedder: Embedder) ->
     with wh.transaction():
         wh.conn.execute("DELETE FROM memories")
         wh.insert("memories", rows)
+        wh.sync_keyword_index("memories")
     outcome.memories, outcome.embedded = len(rows), len(new)
     return outcome

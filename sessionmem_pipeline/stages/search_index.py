@@ -1,7 +1,8 @@
-"""Search index: orphan cleanup, the BM25 index rebuild and HNSW compaction, then a published reader snapshot.
+"""Search index: orphan cleanup, keyword-index and HNSW upkeep, then a published reader snapshot.
 
-DuckDB's full-text index is a snapshot of its table, so it is rebuilt after every change; the HNSW index follows
-inserts and deletes itself and is compacted here. Readers never see the live file: they open the snapshot, which
+The keyword (BM25) index follows each change in the transaction that writes the rows (warehouse.sync_keyword_index);
+here its postings are re-sorted when enough were appended. The HNSW index follows inserts and deletes itself and
+is compacted here. Readers never see the live file: they open the snapshot, which
 is replaced atomically once the writer has checkpointed and closed the warehouse.
 """
 
@@ -40,8 +41,9 @@ def remove_orphans(wh: Warehouse, roots: Sequence[Path] | None = None) -> int:
 
 
 def refresh_search_index(wh: Warehouse) -> IndexOutcome:
-    """Rebuild BM25, compact HNSW, checkpoint."""
-    wh.refresh_fts()
+    """Index every document if the keyword index is new, re-sort its postings when due, compact HNSW, checkpoint."""
+    wh.ensure_keyword_index()
+    wh.compact_keyword_index()
     wh.compact_vector_index()
     wh.checkpoint()
     vectors = wh.scalar("SELECT count(*) FROM chunk_embeddings") if wh.get_meta("embedding_model") else 0

@@ -133,6 +133,7 @@ def _write_versions(
     with wh.transaction():
         for (session_id, version, summary), text, vector in zip(versions, texts, vectors, strict=True):
             _insert_version(wh, session_id, version, summary, text, vector, now)
+        wh.sync_keyword_index("summaries", [session_id for session_id, _, _ in versions])
 
 
 def _insert_version(

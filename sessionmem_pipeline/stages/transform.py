@@ -146,6 +146,7 @@ def chunk_sessions(
             wh.conn.execute(
                 "UPDATE sessions SET topics = ? WHERE session_id = ?", [session_topics(topics), session_id]
             )
+            wh.sync_keyword_index("chunks", [session_id])
         outcome.sessions += 1
         outcome.chunks += len(rows)
         outcome.tokens += sum(r["token_count"] for r in rows)

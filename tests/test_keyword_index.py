@@ -1,0 +1,98 @@
+"""The keyword index maintained per changed document scores like one built from scratch and like DuckDB's fts."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from sessionmem_pipeline.warehouse import KEYWORD_CORPORA, KEYWORD_IGNORE, Warehouse, keyword_search
+
+WORDS = (
+    "deploy deployed deploying server servers postgres migration migrations error errors timeout port 8080 5432 "
+    "v2 release released the a of and running runs ran fix fixed fixing cache caching résumé café order 10423 "
+    "trip hiked marshmallows kubernetes pod pods restart restarted"
+).split()
+QUERIES = ["deploying servers", "error 10423", "port 8080 timeout", "the running caches", "cafe resume", "marshmallow trip"]
+
+
+def _chunk(session: str, index: int, rng: random.Random) -> dict:
+    content = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 40)))
+    return {
+        "chunk_id": f"{session}:{index}:x",
+        "session_id": session,
+        "chunk_index": index,
+        "content": content,
+        "context_content": f"Project demo, {session}.\n\n{content}",
+    }
+
+
+def _write_session(wh: Warehouse, session: str, chunks: list[dict]) -> None:
+    with wh.transaction():
+        wh.replace("chunks", "session_id", [session], chunks)
+        wh.sync_keyword_index("chunks", [session])
+
+
+def _scores(wh: Warehouse, query: str) -> dict[str, float]:
+    return {doc: round(score, 9) for doc, _, score in keyword_search(wh.conn, "chunks", query, limit=1000)}
+
+
+def _fts_scores(wh: Warehouse, query: str) -> dict[str, float]:
+    """DuckDB's own BM25 over the same documents: the index this one replaces."""
+    wh.conn.execute(f"CREATE OR REPLACE TABLE fts_docs AS {KEYWORD_CORPORA['chunks'].documents.format(scope='TRUE')}")
+    wh.conn.execute(f"PRAGMA create_fts_index('fts_docs', 'doc_id', 'text', ignore = '{KEYWORD_IGNORE}', overwrite = 1)")
+    rows = wh.conn.execute(
+        "SELECT doc_id, score FROM (SELECT doc_id, fts_main_fts_docs.match_bm25(doc_id, ?) AS score FROM fts_docs) "
+        "WHERE score IS NOT NULL",
+        [query],
+    ).fetchall()
+    return {doc: round(score, 9) for doc, score in rows}
+
+
+def test_many_small_updates_score_like_a_fresh_build_and_like_duckdb_fts(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    sessions: dict[str, list[dict]] = {}
+    with Warehouse(tmp_path / "incremental.duckdb") as wh:
+        for step in range(60):
+            session = f"s{rng.randint(0, 7)}"
+            chunks = sessions.setdefault(session, [])
+            action = rng.random()
+            if action < 0.6 or not chunks:  # a new exchange appended
+                chunks.append(_chunk(session, len(chunks), rng))
+            elif action < 0.85:  # an earlier chunk rewritten (its successor's document changes with it)
+                index = rng.randrange(len(chunks))
+                chunks[index] = _chunk(session, index, rng)
+            else:  # the session's file deleted
+                with wh.transaction():
+                    wh.delete_where("chunks", "session_id", [session])
+                    wh.delete_sessions([session])
+                sessions.pop(session)
+                continue
+            _write_session(wh, session, chunks)
+        incremental = {q: _scores(wh, q) for q in QUERIES}
+        fts = {q: _fts_scores(wh, q) for q in QUERIES}
+
+    with Warehouse(tmp_path / "fresh.duckdb") as fresh:
+        with fresh.transaction():
+            fresh.insert("chunks", [c for chunks in sessions.values() for c in chunks])
+        fresh.ensure_keyword_index()
+        assert fresh.compact_keyword_index(force=True)
+        scratch = {q: _scores(fresh, q) for q in QUERIES}
+
+    assert all(incremental[q] for q in QUERIES)
+    assert incremental == scratch
+    assert incremental == fts
+
+
+def test_filtered_search_keeps_only_the_documents_in_scope(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        for session in ("a", "b"):
+            _write_session(wh, session, [_chunk(session, i, rng) for i in range(5)] + [
+                {**_chunk(session, 5, rng), "context_content": "error 10423 on port 8080"}
+            ])
+        hits = keyword_search(
+            wh.conn, "chunks", "error 10423", limit=10,
+            scope="SELECT chunk_id FROM chunks WHERE session_id = ?", scope_params=["b"],
+        )
+    assert hits and {session for _, session, _ in hits} == {"b"}
+    assert hits[0][0] == "b:5:x"
