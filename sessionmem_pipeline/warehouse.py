@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import shutil
 import time
@@ -171,7 +172,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "CREATE TABLE kw_terms (corpus VARCHAR, term VARCHAR, term_id BIGINT, df BIGINT)",
         """CREATE TABLE kw_docs (
             corpus VARCHAR, doc_key BIGINT, doc_id VARCHAR, session_id VARCHAR, len INTEGER, doc_hash VARCHAR)""",
-        "CREATE TABLE kw_postings (term_id BIGINT, doc_key BIGINT, tf INTEGER)",
+        "CREATE TABLE kw_postings (term_id BIGINT, doc_key BIGINT, tf INTEGER, len INTEGER)",  # len: the document's
         "CREATE TABLE kw_staging (doc_key BIGINT, term VARCHAR, tf INTEGER)",
         "DROP SCHEMA IF EXISTS fts_main_chunk_documents CASCADE",
         "DROP SCHEMA IF EXISTS fts_main_session_summaries CASCADE",
@@ -726,11 +727,6 @@ class Warehouse(_Queries):
                WHERE kw_terms.corpus = $corpus AND kw_terms.term = s.term""",
             {"corpus": corpus},
         )
-        postings = self.conn.execute(
-            """INSERT INTO kw_postings SELECT t.term_id, s.doc_key, s.tf
-               FROM kw_staging s JOIN kw_terms t ON t.corpus = $corpus AND t.term = s.term ORDER BY t.term_id""",
-            {"corpus": corpus},
-        ).fetchone()[0]
         self.conn.execute(
             """UPDATE kw_docs SET len = coalesce(l.n, 0) FROM (
                    SELECT d.doc_key, sum(s.tf) AS n FROM kw_docs d LEFT JOIN kw_staging s USING (doc_key)
@@ -738,6 +734,13 @@ class Warehouse(_Queries):
                WHERE kw_docs.doc_key = l.doc_key""",
             {"corpus": corpus},
         )
+        postings = self.conn.execute(
+            """INSERT INTO kw_postings SELECT t.term_id, s.doc_key, s.tf, l.len
+               FROM kw_staging s JOIN kw_terms t ON t.corpus = $corpus AND t.term = s.term
+               JOIN (SELECT doc_key, sum(tf)::INTEGER AS len FROM kw_staging GROUP BY doc_key) l USING (doc_key)
+               ORDER BY t.term_id""",
+            {"corpus": corpus},
+        ).fetchone()[0]
         self.conn.execute("DELETE FROM kw_staging")
         unsorted = int(self.get_meta("kw_unsorted_postings") or 0) + postings
         self.set_meta("kw_unsorted_postings", str(unsorted))
@@ -824,30 +827,34 @@ def keyword_search(
 ) -> list[tuple[str, str | None, float]]:
     """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) keeps.
 
-    The same scores as DuckDB's fts `match_bm25`, reading only the postings of the query's terms (the postings
-    are sorted by term, so zone maps skip the rest) instead of scoring every row."""
+    The same scores as DuckDB's fts `match_bm25`, reading only the postings of the query's terms (postings are
+    sorted by term, so zone maps skip the rest, and carry their document's length) instead of scoring every row.
+    Documents tied at the cut-off score may differ from a fresh build's (ties are broken by internal keys)."""
+    stems = [row[0] for row in conn.execute(f"SELECT DISTINCT stem(unnest({tokens_sql('?')}), 'porter')", [query]).fetchall()]
+    if not stems:
+        return []
+    marks = ", ".join("?" for _ in stems)
     terms = conn.execute(
-        f"""SELECT term_id, df FROM kw_terms WHERE corpus = ? AND df > 0 AND term IN (
-                SELECT DISTINCT stem(unnest({tokens_sql('?')}), 'porter'))""",
-        [corpus, query],
+        f"SELECT term_id, df FROM kw_terms WHERE corpus = ? AND df > 0 AND term IN ({marks})", [corpus, *stems]
     ).fetchall()
     if not terms:
         return []
+    documents, average = conn.execute("SELECT count(*), avg(len) FROM kw_docs WHERE corpus = ?", [corpus]).fetchone()
     ids = ", ".join(str(int(term_id)) for term_id, _ in terms)
-    frequencies = ", ".join(f"({int(term_id)}, {int(df)})" for term_id, df in terms)
-    where = f"WHERE d.doc_id IN ({scope})" if scope else ""
+    weights = ", ".join(f"({int(term_id)}, {math.log((documents - df + 0.5) / (df + 0.5) + 1, 10)!r})" for term_id, df in terms)
+    in_scope = (
+        f"AND doc_key IN (SELECT doc_key FROM kw_docs WHERE corpus = ? AND doc_id IN ({scope}))" if scope else ""
+    )
     return conn.execute(
         f"""
-        WITH stats AS (SELECT count(*) AS n, avg(len) AS avgdl FROM kw_docs WHERE corpus = ?),
-             q(term_id, df) AS (VALUES {frequencies}),
-             hits AS (SELECT term_id, doc_key, tf FROM kw_postings WHERE term_id IN ({ids}))
-        SELECT d.doc_id, d.session_id,
-               sum(log((n - df + 0.5) / (df + 0.5) + 1)
-                   * tf * ({BM25_K} + 1) / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / avgdl))) AS score
-        FROM hits JOIN q USING (term_id) JOIN kw_docs d USING (doc_key), stats
-        {where}
-        GROUP BY d.doc_id, d.session_id ORDER BY score DESC, d.doc_id LIMIT ?""",
-        [corpus, *scope_params, limit],
+        SELECT d.doc_id, d.session_id, top.score FROM (
+            SELECT doc_key, sum(idf * tf * ({BM25_K} + 1)
+                               / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / {float(average)!r}))) AS score
+            FROM kw_postings JOIN (VALUES {weights}) q(term_id, idf) USING (term_id)
+            WHERE term_id IN ({ids}) {in_scope}
+            GROUP BY doc_key ORDER BY score DESC, doc_key LIMIT ?
+        ) top JOIN kw_docs d USING (doc_key) ORDER BY top.score DESC, d.doc_id""",
+        [*([corpus, *scope_params] if scope else []), limit],
     ).fetchall()
 
 
