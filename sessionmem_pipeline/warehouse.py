@@ -833,15 +833,15 @@ def keyword_search(
     stems = [row[0] for row in conn.execute(f"SELECT DISTINCT stem(unnest({tokens_sql('?')}), 'porter')", [query]).fetchall()]
     if not stems:
         return []
-    marks = ", ".join("?" for _ in stems)
+    words = ", ".join(f"'{_sql_string(stem)}'" for stem in stems)  # literals: bound parameters skip the pushdown
     terms = conn.execute(
-        f"SELECT term_id, df FROM kw_terms WHERE corpus = ? AND df > 0 AND term IN ({marks})", [corpus, *stems]
+        f"SELECT term_id, df FROM kw_terms WHERE corpus = ? AND df > 0 AND term IN ({words})", [corpus]
     ).fetchall()
     if not terms:
         return []
     documents, average = conn.execute("SELECT count(*), avg(len) FROM kw_docs WHERE corpus = ?", [corpus]).fetchone()
     ids = ", ".join(str(int(term_id)) for term_id, _ in terms)
-    weights = ", ".join(f"({int(term_id)}, {math.log((documents - df + 0.5) / (df + 0.5) + 1, 10)!r})" for term_id, df in terms)
+    weights = ", ".join(f"({int(term_id)}, {math.log((documents - df + 0.5) / (df + 0.5) + 1, 10)!r}::DOUBLE)" for term_id, df in terms)
     in_scope = (
         f"AND doc_key IN (SELECT doc_key FROM kw_docs WHERE corpus = ? AND doc_id IN ({scope}))" if scope else ""
     )
@@ -849,7 +849,7 @@ def keyword_search(
         f"""
         SELECT d.doc_id, d.session_id, top.score FROM (
             SELECT doc_key, sum(idf * tf * ({BM25_K} + 1)
-                               / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / {float(average)!r}))) AS score
+                               / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / {float(average)!r}::DOUBLE))) AS score
             FROM kw_postings JOIN (VALUES {weights}) q(term_id, idf) USING (term_id)
             WHERE term_id IN ({ids}) {in_scope}
             GROUP BY doc_key ORDER BY score DESC, doc_key LIMIT ?
