@@ -20,7 +20,15 @@ import duckdb
 
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.context import zone
-from sessionmem_pipeline.warehouse import Snapshot, keyword_search, open_reader, search_log_path, snapshot_path
+from sessionmem_pipeline.warehouse import (
+    VECTOR_BASE,
+    VECTOR_DELTA,
+    Snapshot,
+    keyword_search,
+    open_reader,
+    search_log_path,
+    snapshot_path,
+)
 
 CANDIDATES = 150  # per retriever, before fusion
 SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
@@ -142,6 +150,19 @@ def deduplicate(results: Sequence[SearchResult]) -> list[SearchResult]:
         seen.setdefault(result.session_id, set()).update(ids)
         kept.append(result)
     return kept
+
+
+def _nearest_sql(cast: str) -> str:
+    """The nearest chunk vectors: the HNSW index's top over the base, and an exact scan of the small delta of
+    vectors not yet in the index (`+ 0` keeps the optimizer from the index there). Parameters: vector, limit,
+    vector, limit."""
+    return f"""
+        SELECT chunk_id, distance FROM (
+            (SELECT chunk_id, array_cosine_distance(embedding, {cast}) AS distance
+             FROM {VECTOR_BASE} ORDER BY distance LIMIT ?)
+            UNION ALL
+            (SELECT chunk_id, array_cosine_distance(embedding, {cast}) + 0 AS distance FROM {VECTOR_DELTA})
+        ) ORDER BY distance, chunk_id LIMIT ?"""
 
 
 def _similarities(rows: Sequence[tuple[str, float]]) -> dict[str, float]:
@@ -291,13 +312,7 @@ class SessionMemory:
         conn = self.connection()
         where, params = filters.chunk_sql()
         if where == "TRUE":
-            rows = conn.execute(
-                f"""SELECT chunk_id, distance FROM (
-                        SELECT chunk_id, array_cosine_distance(embedding, {cast}) AS distance
-                        FROM chunk_embeddings ORDER BY distance LIMIT ?)""",
-                [vector, limit],
-            ).fetchall()
-            return _similarities(rows)
+            return _similarities(conn.execute(_nearest_sql(cast), [vector, limit, vector, limit]).fetchall())
         total = self._embedded_count()
         matching = (
             conn.execute(f"SELECT count(*) FROM chunks c WHERE {where}", params).fetchone()[0]
@@ -307,12 +322,10 @@ class SessionMemory:
         if matching > EXACT_SCAN_MAX and matching * 2 > total:
             fetched = conn.execute(
                 f"""
-                SELECT chunk_id, distance FROM (
-                    SELECT chunk_id, array_cosine_distance(embedding, {cast}) AS distance
-                    FROM chunk_embeddings ORDER BY distance LIMIT ?
-                ) hits JOIN chunks c USING (chunk_id) WHERE {where} ORDER BY distance, chunk_id LIMIT ?
+                SELECT chunk_id, distance FROM ({_nearest_sql(cast)}) hits JOIN chunks c USING (chunk_id)
+                WHERE {where} ORDER BY distance, chunk_id LIMIT ?
                 """,
-                [vector, limit * OVERFETCH, *params, limit],
+                [vector, limit * OVERFETCH, vector, limit * OVERFETCH, *params, limit],
             ).fetchall()
             if len(fetched) >= min(limit, matching):
                 return _similarities(fetched)

@@ -109,7 +109,9 @@ WRITER = textwrap.dedent(
         rows = [{"chunk_id": f"c{batch}-{i}", "session_id": f"s{batch}", "text_hash": "h",
                  "embedding": [rng.uniform(-1, 1) for _ in range(16)]} for i in range(50)]
         with wh.transaction():
-            wh.insert("chunk_embeddings", rows)
+            wh.insert("chunk_embeddings_delta" if batch == 0 else "chunk_embeddings_base", rows)
+        if batch == 0:
+            wh.maintain_vector_index()  # builds the HNSW index: later batches are written through it
         batch += 1
         print(batch, flush=True)
     """
@@ -129,17 +131,17 @@ def test_sigkill_mid_write_keeps_every_committed_row_and_the_hnsw_index(tmp_path
     writer.stdout.close()
 
     with Warehouse(path) as wh:
-        count = wh.scalar("SELECT count(*) FROM chunk_embeddings")
+        count = wh.scalar("SELECT count(*) FROM chunk_embeddings_base")
         assert count >= committed * 50 and count % 50 == 0  # whole transactions only
-        samples = wh.query("SELECT chunk_id, embedding FROM chunk_embeddings USING SAMPLE 25 ROWS (reservoir, 3)")
+        samples = wh.query("SELECT chunk_id, embedding FROM chunk_embeddings_base USING SAMPLE 25 ROWS (reservoir, 3)")
         plan = wh.conn.execute(
-            "EXPLAIN SELECT chunk_id FROM chunk_embeddings ORDER BY array_cosine_distance(embedding, ?::FLOAT[16]) LIMIT 1",
+            "EXPLAIN SELECT chunk_id FROM chunk_embeddings_base ORDER BY array_cosine_distance(embedding, ?::FLOAT[16]) LIMIT 1",
             [samples[0]["embedding"]],
         ).fetchall()
         assert "HNSW_INDEX_SCAN" in str(plan)
         for sample in samples:  # every committed vector is reachable through the index
             nearest = wh.scalar(
-                "SELECT chunk_id FROM chunk_embeddings ORDER BY array_cosine_distance(embedding, ?::FLOAT[16]) LIMIT 1",
+                "SELECT chunk_id FROM chunk_embeddings_base ORDER BY array_cosine_distance(embedding, ?::FLOAT[16]) LIMIT 1",
                 [sample["embedding"]],
             )
             assert nearest == sample["chunk_id"]

@@ -15,7 +15,7 @@ from itertools import islice
 from sessionmem_pipeline.core.chunk import WORDPIECE_TOKENS_PER_CL100K, EmbedderWindow, effective_max_tokens
 from sessionmem_pipeline.core.context import PREFIX_TOKEN_BUDGET
 from sessionmem_pipeline.providers.embedders import Embedder, LocalMiniLMEmbedder
-from sessionmem_pipeline.warehouse import Warehouse
+from sessionmem_pipeline.warehouse import VECTOR_DELTA, Warehouse
 
 BATCH_SIZE = 100  # spec 001: large sessions are embedded and written in batches of 100 chunks
 
@@ -88,7 +88,7 @@ def _embed_batch(wh: Warehouse, batch: list[dict], embedder: Embedder, outcome: 
             for row in batch
             if row["context_hash"] in vectors
         ]
-        wh.insert("chunk_embeddings", embedded_rows)
+        wh.insert(VECTOR_DELTA, embedded_rows)  # searched exactly until the index takes it in
         wh.delete_where("embedding_failures", "chunk_id", [r["chunk_id"] for r in batch])
         wh.insert(
             "embedding_failures",

@@ -1,9 +1,9 @@
 """Search index: orphan cleanup, keyword-index and HNSW upkeep, then a published reader snapshot.
 
 The keyword (BM25) index follows each change in the transaction that writes the rows (warehouse.sync_keyword_index);
-here its postings are re-sorted when enough were appended. The HNSW index follows inserts and deletes itself and
-is compacted here. Readers never see the live file: they open the snapshot, which
-is replaced atomically once the writer has checkpointed and closed the warehouse.
+here its postings are re-sorted when enough were appended. New vectors wait in a small delta searched exactly and
+join the HNSW index in rare batches (warehouse.maintain_vector_index). Readers never see the live file: they open
+the snapshot, published once the writer has checkpointed and closed the warehouse.
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ def remove_orphans(wh: Warehouse, roots: Sequence[Path] | None = None) -> int:
 
 
 def refresh_search_index(wh: Warehouse) -> IndexOutcome:
-    """Index every document if the keyword index is new, re-sort its postings when due, compact HNSW, checkpoint."""
+    """Index every document if the keyword index is new, re-sort its postings and fold new vectors into the HNSW
+    index when due, checkpoint."""
     wh.ensure_keyword_index()
     wh.compact_keyword_index()
-    wh.compact_vector_index()
+    wh.maintain_vector_index()
     wh.checkpoint()
     vectors = wh.scalar("SELECT count(*) FROM chunk_embeddings") if wh.get_meta("embedding_model") else 0
     return IndexOutcome(wh.scalar("SELECT count(*) FROM chunks"), vectors)
