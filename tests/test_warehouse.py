@@ -96,6 +96,34 @@ def test_snapshot_is_a_readable_copy(tmp_path: Path) -> None:
     reader.close()
 
 
+def test_publishing_never_disturbs_an_open_reader_and_reuses_the_spare_once_free(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    spare = snapshot_path(path).with_name(".w.search.duckdb.spare")
+
+    def add_and_publish(session: str) -> None:
+        with Warehouse(path) as wh, wh.transaction():
+            wh.insert("sessions", [{"session_id": session, "project": "p"}])
+        publish_snapshot(path)
+
+    def sessions(reader) -> int:
+        return reader.execute("SELECT count(*) FROM sessions").fetchone()[0]
+
+    add_and_publish("s1")
+    first = open_reader(path)
+    add_and_publish("s2")  # the first snapshot becomes the spare, still open
+    second = open_reader(path)
+    add_and_publish("s3")  # the spare is in use: a fresh copy is published instead
+    assert (sessions(first), sessions(second)) == (1, 2)
+    first.close()
+    second.close()
+    free_spare = spare.stat().st_ino
+    add_and_publish("s4")  # now the spare is rewritten where it differs and becomes the snapshot
+    assert snapshot_path(path).stat().st_ino == free_spare
+    reader = open_reader(path)
+    assert sessions(reader) == 4
+    reader.close()
+
+
 WRITER = textwrap.dedent(
     """
     import random, sys
