@@ -858,6 +858,80 @@ def _to_arrow(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
 # ---- snapshot ----------------------------------------------------------------------------------------------
 
 
+REBUILD_GROWTH = 1.3
+"""The file is rebuilt once it is this much larger than its data needs: its size after the last rebuild, scaled
+by how many rows it holds now (DuckDB reuses freed blocks but never returns them, and a rewritten HNSW index can
+leave whole serialized copies behind)."""
+REBUILD_MIN_EXCESS = 64 << 20
+SIZE_TABLES = ("messages", "chunks", "chunk_embeddings", "kw_postings")
+
+
+def _data_rows(conn: duckdb.DuckDBPyConnection) -> int:
+    present = {r[0] for r in conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_catalog = ?", [DATABASE]).fetchall()}
+    return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in SIZE_TABLES if t in present)
+
+
+def file_growth(warehouse: Path) -> float:
+    """File size against the size its rows need (1.0 right after a rebuild); call with the file closed."""
+    size = warehouse.stat().st_size
+    with Warehouse(warehouse) as wh:
+        rows = _data_rows(wh.conn)
+        baseline = wh.get_meta("rebuild_baseline")
+        if baseline is None:  # measured from now on
+            with wh.transaction():
+                wh.set_meta("rebuild_baseline", to_json({"bytes": size, "rows": rows}))
+            return 1.0
+    measured = json.loads(baseline)
+    expected = measured["bytes"] * rows / max(measured["rows"], 1)
+    return size / expected if expected else 1.0
+
+
+def rebuild_if_grown(warehouse: Path, limit: float = REBUILD_GROWTH, *, min_excess: int = REBUILD_MIN_EXCESS) -> bool:
+    """Rebuild the (closed) live file when `file_growth` passes `limit` by more than `min_excess` bytes (a small
+    file's few new blocks are not worth a rewrite); whether it did."""
+    if not warehouse.exists():
+        return False
+    growth = file_growth(warehouse)
+    size = warehouse.stat().st_size
+    if growth <= limit or size - size / growth < min_excess:
+        return False
+    rebuild_file(warehouse)
+    return True
+
+
+def rebuild_file(warehouse: Path) -> None:
+    """Copy every table, view, sequence and index into a fresh file, verify each table's row count, then put it
+    in place of the old one (which stays untouched until then). Call under the writer lock, file closed."""
+    fresh = warehouse.with_name(f".{warehouse.name}.rebuild")
+    fresh.unlink(missing_ok=True)
+    conn = connect(warehouse)
+    try:
+        conn.execute(f"ATTACH '{_sql_string(str(fresh))}' AS fresh")
+        conn.execute(f"COPY FROM DATABASE {DATABASE} TO fresh")
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_catalog = ? AND table_type = 'BASE TABLE'",
+            [DATABASE],
+        ).fetchall()]
+        for table in tables:
+            old, new = (conn.execute(f"SELECT count(*) FROM {db}.{table}").fetchone()[0] for db in (DATABASE, "fresh"))
+            if old != new:
+                raise WarehouseError(f"{warehouse}: rebuild lost rows of {table} ({old} -> {new}); the old file is kept")
+        conn.execute("CHECKPOINT fresh")
+        conn.execute("DETACH fresh")
+    except BaseException:
+        fresh.unlink(missing_ok=True)
+        raise
+    finally:
+        conn.close()
+    with open(fresh, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(fresh, warehouse)
+    _fsync_directory(warehouse.parent)
+    with Warehouse(warehouse) as wh, wh.transaction():
+        wh.set_meta("rebuild_baseline", to_json({"bytes": warehouse.stat().st_size, "rows": _data_rows(wh.conn)}))
+
+
 PUBLISH_BLOCK = 1 << 20
 FICLONE = 0x40049409  # linux/fs.h: share the source's extents (btrfs, xfs, ...): a copy in O(1)
 

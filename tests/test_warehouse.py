@@ -14,12 +14,15 @@ import pytest
 from sessionmem_pipeline import warehouse as wh_module
 from sessionmem_pipeline.warehouse import (
     SCHEMA_VERSION,
+    VECTOR_DELTA,
     Warehouse,
     WarehouseBusyError,
     connect,
+    keyword_search,
     migrate,
     open_reader,
     publish_snapshot,
+    rebuild_file,
     snapshot_path,
     writer_lock,
 )
@@ -122,6 +125,41 @@ def test_publishing_never_disturbs_an_open_reader_and_reuses_the_spare_once_free
     reader = open_reader(path)
     assert sessions(reader) == 4
     reader.close()
+
+
+def test_a_rebuild_keeps_every_row_and_the_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    with Warehouse(path) as wh:
+        wh.ensure_embedding_table("test-model", 4)
+        for round_ in range(5):  # churn: sessions written, replaced and deleted
+            with wh.transaction():
+                session = f"s{round_ % 3}"
+                wh.delete_sessions([session])
+                wh.insert("sessions", [{"session_id": session, "project": "p"}])
+                wh.insert("chunks", [{"chunk_id": f"{session}:{i}:{round_}", "session_id": session, "chunk_index": i,
+                                      "content": f"order {round_}{i} shipped", "context_content": f"order {round_}{i} shipped"}
+                                     for i in range(30)])
+                wh.sync_keyword_index("chunks", [session])
+                wh.insert(VECTOR_DELTA, [{"chunk_id": f"{session}:{i}:{round_}", "session_id": session, "text_hash": "h",
+                                          "embedding": [1.0, i, round_, 0.5]} for i in range(30)])
+            wh.maintain_vector_index()
+        tables = [r[0] for r in wh.conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'wh' ORDER BY table_name").fetchall()]
+        before = {t: wh.query(f"SELECT * FROM {t} ORDER BY ALL") for t in tables}
+        search_before = keyword_search(wh.conn, "chunks", "order 41 shipped", limit=5)
+
+    rebuild_file(path)
+
+    with Warehouse(path) as wh:
+        after = {t: wh.query(f"SELECT * FROM {t} ORDER BY ALL") for t in tables}
+        after["meta"] = [m for m in after["meta"] if m["key"] != "rebuild_baseline"]  # the rebuild's own record
+        assert after == before
+        assert keyword_search(wh.conn, "chunks", "order 41 shipped", limit=5) == search_before
+        assert wh.scalar("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'chunk_embeddings_hnsw'") == 1
+        with wh.transaction():  # sequences go on where they were: new documents get new keys
+            wh.insert("chunks", [{"chunk_id": "n:0:x", "session_id": "n", "chunk_index": 0, "content": "new order"}])
+            wh.sync_keyword_index("chunks", ["n"])
+        assert wh.scalar("SELECT count(DISTINCT doc_key) = count(*) FROM kw_docs")
 
 
 WRITER = textwrap.dedent(

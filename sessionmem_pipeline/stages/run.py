@@ -33,6 +33,7 @@ from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_option
 from sessionmem_pipeline.warehouse import (
     Warehouse,
     publish_snapshot,
+    rebuild_if_grown,
     snapshot_path,
     storage_guard,
     to_json,
@@ -204,6 +205,8 @@ def index_sources(
             _record_run(wh, report, started_at, "cli")
             wh.checkpoint()
         if publish:
+            with report.timed("rebuild"):
+                rebuild_if_grown(settings.warehouse)
             with report.timed("snapshot"):
                 report.snapshot = str(publish_snapshot(settings.warehouse))
     report.seconds = time.perf_counter() - started
