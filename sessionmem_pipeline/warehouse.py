@@ -74,6 +74,12 @@ VECTOR_DELTA_MAX = 5_000
 """New vectors searched exactly (about 2 ms per 1,000 at 384 d) before they join the HNSW base."""
 VECTOR_REBUILD_SHARE = 0.5
 HNSW_DELETED_SHARE = 0.1
+REBUILD_GROWTH = 1.3
+"""The file is rebuilt once it is this much larger than its data needs: its size after the last rebuild, scaled
+by how many rows it holds now (DuckDB reuses freed blocks but never returns them, and a rewritten HNSW index can
+leave whole serialized copies behind)."""
+REBUILD_MIN_EXCESS = 16 << 20
+SIZE_TABLES = ("messages", "chunks", "chunk_embeddings", "kw_postings")
 KEYWORD_RESORT_SHARE = 0.1
 """Postings are stored sorted by term, so a query reads only the row groups of its terms (zone maps); rows
 appended since the last sort are read whole, and once they pass this share of all postings the table is re-sorted."""
@@ -838,6 +844,19 @@ class Warehouse(_Queries):
     def checkpoint(self) -> None:
         self.conn.execute(f"CHECKPOINT {DATABASE}")
 
+    def outgrown(self, limit: float = REBUILD_GROWTH, *, min_excess: int = REBUILD_MIN_EXCESS) -> bool:
+        """Whether the (checkpointed) file is more than `limit` times the size its rows need, by more than
+        `min_excess` bytes (a small file's few new blocks are not worth a rewrite): then `rebuild_file` it once
+        closed. The need is the file's size after its last rebuild scaled by its rows; a file never rebuilt
+        (a first index, whose checkpoints leave free blocks behind) is measured against `min_excess` alone."""
+        size = self.path.stat().st_size
+        baseline = self.get_meta("rebuild_baseline")
+        if baseline is None:
+            return size > min_excess
+        measured = json.loads(baseline)
+        needed = measured["bytes"] * _data_rows(self.conn) / max(measured["rows"], 1)
+        return size > limit * needed and size - needed > min_excess
+
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
@@ -858,46 +877,10 @@ def _to_arrow(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
 # ---- snapshot ----------------------------------------------------------------------------------------------
 
 
-REBUILD_GROWTH = 1.3
-"""The file is rebuilt once it is this much larger than its data needs: its size after the last rebuild, scaled
-by how many rows it holds now (DuckDB reuses freed blocks but never returns them, and a rewritten HNSW index can
-leave whole serialized copies behind)."""
-REBUILD_MIN_EXCESS = 64 << 20
-SIZE_TABLES = ("messages", "chunks", "chunk_embeddings", "kw_postings")
-
-
 def _data_rows(conn: duckdb.DuckDBPyConnection) -> int:
     present = {r[0] for r in conn.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_catalog = ?", [DATABASE]).fetchall()}
     return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in SIZE_TABLES if t in present)
-
-
-def file_growth(warehouse: Path) -> float:
-    """File size against the size its rows need (1.0 right after a rebuild); call with the file closed."""
-    size = warehouse.stat().st_size
-    with Warehouse(warehouse) as wh:
-        rows = _data_rows(wh.conn)
-        baseline = wh.get_meta("rebuild_baseline")
-        if baseline is None:  # measured from now on
-            with wh.transaction():
-                wh.set_meta("rebuild_baseline", to_json({"bytes": size, "rows": rows}))
-            return 1.0
-    measured = json.loads(baseline)
-    expected = measured["bytes"] * rows / max(measured["rows"], 1)
-    return size / expected if expected else 1.0
-
-
-def rebuild_if_grown(warehouse: Path, limit: float = REBUILD_GROWTH, *, min_excess: int = REBUILD_MIN_EXCESS) -> bool:
-    """Rebuild the (closed) live file when `file_growth` passes `limit` by more than `min_excess` bytes (a small
-    file's few new blocks are not worth a rewrite); whether it did."""
-    if not warehouse.exists():
-        return False
-    growth = file_growth(warehouse)
-    size = warehouse.stat().st_size
-    if growth <= limit or size - size / growth < min_excess:
-        return False
-    rebuild_file(warehouse)
-    return True
 
 
 def rebuild_file(warehouse: Path) -> None:

@@ -33,7 +33,7 @@ from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_option
 from sessionmem_pipeline.warehouse import (
     Warehouse,
     publish_snapshot,
-    rebuild_if_grown,
+    rebuild_file,
     snapshot_path,
     storage_guard,
     to_json,
@@ -204,9 +204,11 @@ def index_sources(
             report.seconds = time.perf_counter() - started
             _record_run(wh, report, started_at, "cli")
             wh.checkpoint()
-        if publish:
+            outgrown = publish and wh.outgrown()
+        if outgrown:
             with report.timed("rebuild"):
-                rebuild_if_grown(settings.warehouse)
+                rebuild_file(settings.warehouse)
+        if publish:
             with report.timed("snapshot"):
                 report.snapshot = str(publish_snapshot(settings.warehouse))
     report.seconds = time.perf_counter() - started
