@@ -11,11 +11,8 @@ chunk appended to one session and re-indexed in its transaction (`sync_keyword_i
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +22,7 @@ import numpy as np
 from sessionmem_pipeline.client import Filters, SessionMemory
 from sessionmem_pipeline.config import load_settings
 from sessionmem_pipeline.warehouse import Warehouse
+from search_latency import measure_sizes  # noqa: E402  (benchmarks/ is the script's folder)
 
 VOCABULARY = 60_000
 WORDS_PER_CHUNK = 150
@@ -106,17 +104,19 @@ def measure(path: Path, count: int, queries: int) -> list[dict]:
     rows = []
     for label, filters in (("unfiltered", Filters()), ("project (1 of 50)", Filters(project="project-7"))):
         memory.bm25_ranking(texts[0], filters)  # warm the connection
-        latencies, found = [], []
+        latencies, cpu, found = [], [], []
         for text in texts:
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             found.append(len(memory.bm25_ranking(text, filters)))
             latencies.append((time.perf_counter() - started) * 1000)
+            cpu.append((time.process_time() - started_cpu) * 1000)
         rows.append(
             {
                 "chunks": count,
                 "filter": label,
                 "bm25_p50_ms": round(statistics.median(latencies), 1),
                 "bm25_p95_ms": round(float(np.percentile(latencies, 95)), 1),
+                "bm25_cpu_p95_ms": round(float(np.percentile(cpu, 95)), 1),
                 "mean_hits": round(statistics.fmean(found), 1),
                 "append_p50_ms": round(statistics.median(appends) * 1000, 1),
                 "build_s": round(build_seconds, 1),
@@ -127,23 +127,15 @@ def measure(path: Path, count: int, queries: int) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chunks", type=int, nargs="+", default=[10_000, 100_000])
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    rows = []
-    for count in args.chunks:
-        with tempfile.TemporaryDirectory() as folder:
-            rows += measure(Path(folder) / "bench.duckdb", count, args.queries)
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    rows = measure_sizes(__doc__.splitlines()[0], measure, 200, argv)
+    if rows is None:
         return 0
     header = list(rows[0])
     print("  ".join(f"{h:>18}" for h in header))
     for row in rows:
         print("  ".join(f"{row[h]!s:>18}" for h in header))
-    print("bm25 = SessionMemory.bm25_ranking (150 candidates); append = one chunk + its index upkeep, one transaction")
+    print("bm25 = SessionMemory.bm25_ranking (150 candidates), wall and CPU time (all threads: what a shared, loaded")
+    print("machine cannot inflate); append = one chunk + its keyword-index upkeep, one transaction")
     return 0
 
 

@@ -17,7 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -170,18 +170,28 @@ def measure(path: Path, count: int, queries: int) -> list[dict]:
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def measure_sizes(
+    description: str, measure_one: Callable[[Path, int, int], list[dict]], queries: int, argv: Sequence[str] | None
+) -> list[dict] | None:
+    """`--chunks` sizes, each measured in a fresh temporary warehouse; None when `--json` printed them already."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--chunks", type=int, nargs="+", default=[10_000, 100_000])
-    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--queries", type=int, default=queries)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rows = []
     for count in args.chunks:
         with tempfile.TemporaryDirectory() as folder:
-            rows += measure(Path(folder) / "bench.duckdb", count, args.queries)
+            rows += measure_one(Path(folder) / "bench.duckdb", count, args.queries)
     if args.json:
         print(json.dumps(rows, indent=2))
+        return None
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    rows = measure_sizes(__doc__.splitlines()[0], measure, 100, argv)
+    if rows is None:
         return 0
     header = ["chunks", "filter", "plan_p50_ms", "plan_p95_ms", "exact_p50_ms", "exact_p95_ms", "speedup_p95",
               "recall_at_10", "bm25_p95_ms", "hnsw_build_s"]
