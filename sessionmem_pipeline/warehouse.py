@@ -78,7 +78,7 @@ REBUILD_GROWTH = 1.3
 """The file is rebuilt once it is this much larger than its data needs: its size after the last rebuild, scaled
 by how many rows it holds now (DuckDB reuses freed blocks but never returns them, and a rewritten HNSW index can
 leave whole serialized copies behind)."""
-REBUILD_MIN_EXCESS = 16 << 20
+REBUILD_MIN_EXCESS = 4 << 20
 SIZE_TABLES = ("messages", "chunks", "chunk_embeddings", "kw_postings")
 KEYWORD_RESORT_SHARE = 0.1
 """Postings are stored sorted by term, so a query reads only the row groups of its terms (zone maps); rows
