@@ -22,10 +22,11 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sessionmem_pipeline.core.formats import claude_code, codex, generic, openai_chat
-from sessionmem_pipeline.core.formats.source import FileContext, JsonLine, split_jsonl
+from sessionmem_pipeline.core.formats.source import FileContext, JsonLine, clamp_implausible_times, split_jsonl
 from sessionmem_pipeline.core.models import ParseResult, ParseWarning
 
 FORMATS = ("generic", "claude_code", "codex", "openai_chat")  # what detect_format can return
@@ -87,25 +88,41 @@ def detect_format(data: bytes, path: str) -> str:
     return _detect(_readable(_read(head, path, final=True), path), path)
 
 
-def parse_file(path: str, source_root: str, data: bytes, *, final: bool = False) -> ParseResult:
+def parse_file(
+    path: str, source_root: str, data: bytes, *, final: bool = False, now: datetime | None = None
+) -> ParseResult:
     """Detect the format and parse. With `final=False` the file may still be written: an unfinished last line
     (no trailing newline, not complete JSON) is left and `consumed_bytes` stops before it.
 
-    Malformed lines become warnings, never exceptions. Raises UnknownFormatError when the content matches no format
-    (a file with no complete line yet is not that: it yields an empty result with format "unknown").
+    Malformed lines become warnings, never exceptions; so do implausible timestamps (before 2000 or more than a
+    day after `now`, the wall clock by default), which are clamped (`source.clamp_implausible_times`).
+    Raises UnknownFormatError when the content matches no format (a file with no complete line yet is not
+    that: it yields an empty result with format "unknown").
     """
-    return _parse(FileContext(path, source_root), _read(data, path, final))
+    return _parse(FileContext(path, source_root, now), _read(data, path, final))
 
 
 def validate_file(
-    path: str, source_root: str, data: bytes, *, max_bad_share: float = 0.5, final: bool = False
+    path: str,
+    source_root: str,
+    data: bytes,
+    *,
+    max_bad_share: float = 0.5,
+    final: bool = False,
+    now: datetime | None = None,
 ) -> ValidationReport:
     """Spec 001's checks (readable text, UTF-8, valid JSON lines, required fields, timestamps) as a report."""
-    return inspect_file(path, source_root, data, max_bad_share=max_bad_share, final=final)[0]
+    return inspect_file(path, source_root, data, max_bad_share=max_bad_share, final=final, now=now)[0]
 
 
 def inspect_file(
-    path: str, source_root: str, data: bytes, *, max_bad_share: float = 0.5, final: bool = False
+    path: str,
+    source_root: str,
+    data: bytes,
+    *,
+    max_bad_share: float = 0.5,
+    final: bool = False,
+    now: datetime | None = None,
 ) -> tuple[ValidationReport, ParseResult | None]:
     """The validation report and, when the file is valid, its parse (None when it must be quarantined).
 
@@ -126,7 +143,7 @@ def inspect_file(
         format_name = _detect(content, path) if _has_objects(content) else None
     except UnknownFormatError as exc:
         return _invalid("unknown format", str(exc), lines=len(content.lines)), None
-    ctx = FileContext(path, source_root)
+    ctx = FileContext(path, source_root, now)
     lines, bad, encoding_bad = _count_bad(content, format_name)
     if lines == 0 and content.is_document:
         return _invalid("empty", f"{path}: the messages array is empty; nothing to index", fmt=format_name), None
@@ -160,10 +177,7 @@ def _read(data: bytes, path: str, final: bool) -> _Content:
         document, error = _decode_document(body)
         if error is None or path.endswith(".json"):
             return _Content(True, document, error, [], [], len(data))
-    try:
-        lines, consumed, warnings = split_jsonl(body, path, final)
-    except RecursionError:  # json.loads gives up on a line nested about 1,000 levels deep
-        return _Content(False, None, "invalid JSON: a line is nested too deeply to read", [], [], 0)
+    lines, consumed, warnings = split_jsonl(body, path, final)
     return _Content(False, None, None, lines, warnings, consumed + offset if consumed else 0)
 
 
@@ -286,7 +300,8 @@ def _parse(ctx: FileContext, content: _Content) -> ParseResult:
     else:
         result = _LINE_PARSERS[format_name](ctx, content.lines)
         result.lines_read = len(content.lines)
-    result.warnings = sorted([*content.warnings, *result.warnings], key=lambda warning: warning.line)
+    result.warnings = [*content.warnings, *result.warnings]
+    clamp_implausible_times(ctx, result)
     result.consumed_bytes = content.consumed
     return result
 
