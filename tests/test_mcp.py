@@ -56,7 +56,7 @@ def test_mcp_server_lists_tools_and_answers_with_citations(warehouse: Path) -> N
     }
     assert {r["stage"] for r in calls["recall"]["results"]} <= {"session", "global"} and calls["recall"]["results"]
     assert calls["search_memories"]["results"] == []  # nothing remembered yet
-    history = calls["get_history"]
+    history = calls["get_history"]["quoted_memory"]
     assert [m["message_id"] for m in history["messages"]][:1] == ["L2"] and history["summaries"][0]["version"] == 1
     summary = calls["summarize_session"]
     assert summary["version"] == 1 and summary["is_incremental"] is False  # same input: no new version
@@ -73,4 +73,4 @@ def test_mcp_server_lists_tools_and_answers_with_citations(warehouse: Path) -> N
     assert sessions["results"][0]["session_id"].startswith("planning/2026-03-02")
     recap_data = json.loads(recap)
     assert recap_data["session_id"] == "019ce3a1-4b7c-7e20-9a31-5c6d7e8f9012"
-    assert all(line["message_ids"] for line in recap_data["lines"])
+    assert all(line["message_ids"] for line in recap_data["quoted_memory"]["lines"])
