@@ -76,7 +76,8 @@ def test_an_embedding_server_answering_500_degrades_to_keyword_search_and_recove
 
     capsys.readouterr()
     assert main(["search", "database backups", "--config", str(config)]) == 0
-    assert capsys.readouterr().out.splitlines()[0].startswith("note: keyword-only results: the embedding provider failed")
+    first_line = capsys.readouterr().out.splitlines()[0]
+    assert first_line.startswith("note: keyword-only results: the embedding provider failed")
     assert main(["search", "database backups", "--config", str(config), "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["notice"].startswith("keyword-only results") and answer["results"]

@@ -113,7 +113,8 @@ def strings_outside_quoted_memory(value: object, inside: bool = False) -> list[s
 
 
 async def _hostile_calls(warehouse: Path) -> dict:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "sessionmem_pipeline.cli", "mcp", "--warehouse", str(warehouse)])
+    server = ["-m", "sessionmem_pipeline.cli", "mcp", "--warehouse", str(warehouse)]
+    params = StdioServerParameters(command=sys.executable, args=server)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         initialized = await session.initialize()
         tools = (await session.list_tools()).tools

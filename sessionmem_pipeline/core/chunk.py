@@ -11,6 +11,8 @@ One chunk is one exchange: a user message and the replies that follow it, each m
   than the limit on its own is split at paragraph, then line, sentence and word boundaries (characters only
   for a single "word" such as a base64 blob); each later part repeats the end of the part before (about
   15% of the limit, whole sentences where they fit), and every chunk holding such a part is `continued`.
+  A message over `_HUGE_MESSAGE_CHARS` (a pasted log of megabytes) is cut by cl100k token offsets, counted
+  once per block of text, and each part ends at the strongest boundary near its end (no fitting by trial).
 - **Leading assistant text** (a session that starts with the assistant, or replies after a compaction
   summary with no new user message) forms an exchange of its own. Consecutive user messages belong to one
   exchange: the replies that follow answer them together.
@@ -28,7 +30,7 @@ One chunk is one exchange: a user message and the replies that follow it, each m
   chunk at most and adds new ones, and incremental indexing re-embeds only those.
 - **Cap.** Past `max_chunks`, the most recent chunks are kept (a recent turn of a long agent session is
   what a search most often wants, and older stretches are usually covered by compaction summaries), with
-  a warning. Kept chunks keep their `chunk_index` in the full sequence, so a capped session that grows
+  a warning; the others are never built. Kept chunks keep their `chunk_index` in the full sequence, so a capped session that grows
   drops chunks at its start but never renumbers or re-embeds the ones it keeps.
 """
 
@@ -72,6 +74,7 @@ _HUGE_MESSAGE_CHARS = 200_000
 """A message longer than this is cut by cl100k token offsets, counted once, instead of by trying boundaries
 (which counts chunk-sized text a dozen times per chunk and every sentence alone: minutes for a few MB)."""
 _HUGE_BLOCK_CHARS = 1 << 20  # a huge message is tokenized this much at a time, so memory stays bounded
+_MAX_TOKEN_BYTES = 128  # the longest cl100k token
 _MAX_OVERLAP_MESSAGE_FRACTION = 0.5
 
 DROPPED_INJECTED = "injected context"
@@ -463,10 +466,11 @@ def _token_pieces(message: CollapsedMessage, limits: _Limits) -> Iterator[str]:
     text, label = message.text, f"{message.speaker}: "
     budget = limits.max_tokens - count_tokens(label) - 1
     overlap = int(limits.max_tokens * _TEXT_OVERLAP_FRACTION)
+    block_chars = max(_HUGE_BLOCK_CHARS, 2 * budget * _MAX_TOKEN_BYTES)  # so a block holds more than one part
     start = 0
     while start < len(text):
-        block = _TokenBlock(text[start : start + _HUGE_BLOCK_CHARS])
-        final = start + _HUGE_BLOCK_CHARS >= len(text)
+        block = _TokenBlock(text[start : start + block_chars])
+        final = start + block_chars >= len(text)
         first, count = 0, len(block.ends)
         while first < count:
             stop = min(first + budget, count)
@@ -505,7 +509,7 @@ class _TokenBlock:
 
     def best_cut(self, first: int, stop: int) -> int:
         """The token to end before: the strongest boundary in the last 30 % of tokens first..stop, the latest."""
-        candidates = range(stop - max(1, (stop - first) * 3 // 10), stop + 1)
+        candidates = range(max(first + 1, stop - (stop - first) * 3 // 10), stop + 1)
         return max(candidates, key=lambda index: (_cut_strength(self.data, self.offset(index)), index))
 
     def overlap_start(self, first: int, stop: int, overlap: int) -> int:
