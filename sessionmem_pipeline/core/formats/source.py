@@ -175,11 +175,11 @@ def clamp_implausible_times(ctx: FileContext, result: ParseResult) -> None:
     """
     for session in result.sessions:
         plausible = [m.timestamp if ctx.is_plausible(m.timestamp) else None for m in session.messages]
+        before, after = _carried(plausible), _carried(plausible[::-1])[::-1]
         for index, message in enumerate(session.messages):
             if message.timestamp is None or plausible[index] is not None:
                 continue
-            before = next((t for t in reversed(plausible[:index]) if t is not None), None)
-            clamped = before or next((t for t in plausible[index + 1 :] if t is not None), None)
+            clamped = before[index] or after[index]
             original = message.timestamp.isoformat()
             why = "before 2000" if message.timestamp < EARLIEST_PLAUSIBLE else "more than a day in the future"
             where = f"ordered at {clamped.isoformat()}" if clamped else "kept without a time"
@@ -189,3 +189,9 @@ def clamp_implausible_times(ctx: FileContext, result: ParseResult) -> None:
             metadata = {**message.metadata, "original_timestamp": original}
             session.messages[index] = replace(message, timestamp=clamped, metadata=metadata)
     result.warnings.sort(key=lambda warning: warning.line)
+
+
+def _carried(times: list[datetime | None]) -> list[datetime | None]:
+    """For each position, the last time at or before it (one pass, whatever the number of gaps)."""
+    last = None
+    return [last := moment or last for moment in times]
