@@ -71,7 +71,7 @@ PEM = (
             "git remote set-url origin https://[REDACTED:github-token]@github.com/acme/app.git",
         ),
         (
-            "github_pat_11FAKE0000hijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_abcdefghijklmnop",
+            "github_pat_11FAKE0000pLIix6MEOLeMa61EqJomTEI1JEzO3joOj37HyVaQXekW9LctXb03rEMU64yT",
             "[REDACTED:github-token]",
         ),
         (
@@ -82,9 +82,9 @@ PEM = (
             "curl https://hooks.slack.com/services/T00000000/B00000000/FAKEXXXXXXXXXXXXXXXXXXXX",
             "curl https://hooks.slack.com/services/[REDACTED:webhook-url]",
         ),
-        ('stripe.api_key = "sk_test_4eCFAKE0123456789abcdefg"', 'stripe.api_key = "[REDACTED:stripe-key]"'),
-        ("STRIPE_WEBHOOK_SECRET=whsec_FAKE0123456789abcdefghijklmnop", "STRIPE_WEBHOOK_SECRET=[REDACTED:stripe-key]"),
-        ("key=AIzaSyFAKE0123456789abcdefghijklmnopqrs&callback=init", "key=[REDACTED:google-api-key]&callback=init"),
+        ('stripe.api_key = "sk_test_4eCFAKEarXpwbwpiQuB7lWNO"', 'stripe.api_key = "[REDACTED:stripe-key]"'),
+        ("STRIPE_WEBHOOK_SECRET=whsec_FAKE9ETDwpqIXTXEnEjzGLHP9QvWK5eN", "STRIPE_WEBHOOK_SECRET=[REDACTED:stripe-key]"),
+        ("key=AIzaSyFAKEs_GHgt_O_X9nb4fBb4qEDoHnPiqQ0&callback=init", "key=[REDACTED:google-api-key]&callback=init"),
         (f"$ cat ~/.ssh/id_rsa\n{PEM}\n$ ls", "$ cat ~/.ssh/id_rsa\n[REDACTED:private-key]\n$ ls"),
         (f'"private_key": "{PEM}"'.replace("\n", "\\n"), '"private_key": "[REDACTED:private-key]"'),
         (f"Authorization: Bearer {JWT}", "Authorization: Bearer [REDACTED:jwt]"),
@@ -267,3 +267,13 @@ def test_benchmark_reports_both_halves() -> None:
     assert tuning["clean_altered"] == 0, tuning["false_positives"]
     assert report["catch_rate"] >= 0.95, report["misses"]  # floor against regressions; the target is 0.99
     assert report["false_positive_rate"] <= 0.05, report["false_positives"]  # target 0.01
+
+
+def test_routine_benchmark_output_hides_the_report_half_failures(capsys) -> None:
+    """Reading the report half's failing lines is tuning on them: they print only with `--show-misses`."""
+    BENCHMARK.main([])
+    table = capsys.readouterr().out
+    BENCHMARK.main(["--json"])
+    figures = json.loads(capsys.readouterr().out)
+    assert "REPORT half" in table and "report missed" not in table and "report altered" not in table
+    assert figures["report"]["misses"] == [] and figures["report"]["false_positives"] == []

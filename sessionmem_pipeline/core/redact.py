@@ -8,21 +8,28 @@ built from redacted text (ARCHITECTURE.md). Two kinds of evidence are used:
   and detect-secrets scanners), Telegram and Discord bot tokens, webhook URLs, Azure SAS signatures, PEM
   private-key blocks and JWTs are redacted wherever they appear;
 - context: a value assigned to a secret-like name (`DB_PASSWORD=…`, `"api_key": "…"`, `--token …`,
-  `<password>…</password>`), a password inside a URL (`scheme://user:PASS@host`, user and host kept), an
-  `Authorization:` header, `curl -u user:PASS`, `mysql -pPASS`, `sshpass -p PASS`, `auth=("user", "PASS")`, a Docker config `"auth"`
-  (base64 of user:password), a Twilio auth token after its account SID, `X-…-Token:` headers, and a password
-  written in prose (`the password is Kestrel-4471`, judged by the value: letters with digits or symbols).
+  `<password>…</password>`, `db_password: str = "…"`, a YAML phrase `password: Harbor Lights 2019!`,
+  `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`), a password inside a URL
+  (`scheme://user:PASS@host`, user and host kept), an `Authorization:` header, `curl -u user:PASS` (quoted too),
+  `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`,
+  `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
+  account SID, `X-…-Token:` headers, and a password written in prose (`the password is Kestrel-4471`, judged by
+  the value: letters with digits or symbols).
   These are all typed `password`, except AWS
   secret access keys (`aws-key`): the placeholder says "a credential was here", the name beside it says which.
 
 Context rules also look at the value, so code that only *handles* secrets stays untouched:
 `token = request.headers.get("Authorization")`, `api_key=os.environ["OPENAI_API_KEY"]`,
-`password_hash = bcrypt.hash(pw)`, `"${DB_PASSWORD}"`, `<your-api-key>`. Generic names (`cache_key`, `sort_key`)
-only count when the value looks random. Known blind spots, on purpose: a bare lowercase word assigned in code
-(`password = hunter`) reads as a variable, and a literal word `password` as a value reads as a placeholder.
+`password_hash = bcrypt.hash(pw)`, `"${DB_PASSWORD}"` (a template closes its brackets; `m{{h}o)p$` is a
+password), `<your-api-key>`, a stored hash (`{SSHA}…`, `pbkdf2_sha256$…`), a flag (`SavePassword=1`). Generic
+names (`cache_key`, `sort_key`) only count when the value looks random. Known blind spots, on purpose: a bare
+lowercase word assigned in code (`password = hunter`) reads as a variable, and a literal word `password` as an
+assigned value reads as a placeholder; in a URL's or `curl -u`'s password slot it is redacted, unless it equals
+the user (`guest:guest`, a default).
 
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
-`npm_XXXX…`), `<your-token>`. Every pattern has bounded repetition, so a huge line costs linear time.
+`npm_XXXX…`, `rdme_XXXX_XXXX`), typed-out alphabets (`AIzaSyabcdef…`, character-set constants), `<your-token>`.
+Every pattern has bounded repetition, so a huge line costs linear time.
 
 Redacting is idempotent: a placeholder is never matched again, so redacting twice equals redacting once.
 """
@@ -37,7 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "2"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "3"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -147,9 +154,11 @@ class SecretMatch:
 
 # ---- value judgements shared by the context rules --------------------------------------------------------------
 
-_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, $(cmd), %(x)s, %s, {{ var }}, {% %}, <%= %>, %VAR%, {name}
-    r"""^\$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\{%|<%|^%\w+%$|\{[A-Za-z_][\w.\[\]'"]*\}"""
+_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, $(cmd), %(x)s, %s, {{ var }}, {% %}, <%= %>, %VAR%
+    r"""^\$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\{%|<%|^%\w+%$"""
 )
+_FORMAT_FIELD = re.compile(r"""\{[A-Za-z_][\w.\[\]'"]*\}""")  # `{name}` in a format string
+_BRACKET_PAIRS = {")": "(", "]": "[", "}": "{"}
 _VALUE_CODE = re.compile(
     r"os\.environ|getenv|process\.env|ENV\[|System\.getenv|Deno\.env|import\.meta\.env|secrets\.|settings\.|config\["
 )
@@ -159,8 +168,16 @@ _VALUE_PLACEHOLDER = re.compile(
     r"""|your[-_ ]?(?:[a-z]{1,20}[-_ ]){0,3}(?:key|token|secret|password|pass|pat)"""
     r"""|^replace[-_ ]?(?:me|this)"""  # REPLACE_ME is a blank to fill; `changeme` is a (weak) password
     r"""|placeholder|redacted"""
-    r"""|^(?:example|value|dummy|none|null|nil|undefined|true|false|yes|no|on|off)$"""
-    r"""|^(?:password|passwd|pass|pwd|secret|token|key|api[-_]?key|string|str|optional|required|bool)$""",
+    r"""|(?<![A-Za-z0-9])(?:x{3,400}|X{3,400})(?![A-Za-z0-9])""",  # `rdme_XXXX_XXXX`, `xxxx.atlasv1.xxxx`
+    re.IGNORECASE,
+)
+_VALUE_WORD = re.compile(  # a word standing in for a value in an assignment; in a URL it may well be the password
+    r"""^(?:example|value|dummy|none|null|nil|undefined|true|false|yes|no|on|off"""
+    r"""|password|passwd|pass|pwd|secret|token|key|api[-_]?key|string|str|optional|required|bool)$""",
+    re.IGNORECASE,
+)
+_VALUE_HASH = re.compile(  # a stored password hash: LDAP `{SSHA}…`, Django `pbkdf2_sha256$…`, Werkzeug `scrypt:…$`
+    r"^\{[A-Z0-9-]{2,20}\}[A-Za-z0-9+/=.]|^(?:pbkdf2|scrypt|argon2|bcrypt|sha\d{1,3}|md5)[\w:-]{0,30}\$",
     re.IGNORECASE,
 )
 _VALUE_PATH = re.compile(  # where a credential is kept, not the credential
@@ -168,12 +185,14 @@ _VALUE_PATH = re.compile(  # where a credential is kept, not the credential
 )
 _VALUE_URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CMDLET = re.compile(r"[A-Z][a-z]{1,20}-[A-Z][A-Za-z]{1,40}")  # PowerShell: `$Password = Read-Host …`
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _TYPE_WORDS = frozenset(
     "str string bytes int integer bool boolean any optional secretstr secretbytes none null object unknown "
     "text varchar char list dict mapping sequence uuid float double number decimal date datetime".split()
 )
-_NOT_CREDENTIAL_CHARS = re.compile(r"[\s\[\]{}\\|<>\"'`]")
+_NOT_CREDENTIAL_CHARS = re.compile(r"[\s\\|\"'`]")
+_BRACKETS = re.compile(r"[\[\]{}()<>]")
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9+/=_.~-]+")
 _HEX_OR_UUID = re.compile(r"^(?:[0-9a-fA-F]{8,}|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})$")
 
@@ -197,20 +216,63 @@ def _is_filler(token: str) -> bool:
     return longest * 2 >= len(token)
 
 
-def _is_excluded_value(value: str) -> bool:
-    """True for values that are plainly not a secret: empty, placeholders, references, code, paths, URLs."""
+def _is_alphabet(token: str) -> bool:
+    """`abcdefghijklmnopqrstuvwxyz0123456789`, `AIzaSyabcdef…`: a character-set constant or a typed-out filler,
+    half of it in ascending runs (`abcd`, `0123`) that a random token almost never has."""
+    in_runs = run = 0
+    for index, char in enumerate(token):
+        run = run + 1 if index and ord(char) == ord(token[index - 1]) + 1 else 1
+        if run == 4:
+            in_runs += 4
+        elif run > 4:
+            in_runs += 1
+    return len(token) >= 12 and in_runs * 2 >= len(token)
+
+
+def _has_balanced_brackets(value: str) -> bool:
+    """Templates close what they open; `m{{h}o)p${e]` is a password made of symbols."""
+    stack: list[str] = []
+    for char in value:
+        if char in "([{":
+            stack.append(char)
+        elif char in _BRACKET_PAIRS and (not stack or stack.pop() != _BRACKET_PAIRS[char]):
+            return False
+    return not stack
+
+
+def _is_reference(value: str) -> bool:
+    """`${DB_PASSWORD}`, `{{ token }}`, `Bearer {token}`: a value filled in later, not a literal."""
+    if value.startswith("$"):
+        return True  # `$TOKEN`, and `$(cmd …` cut short at a space
+    if not _has_balanced_brackets(value):
+        return False
+    if _VALUE_REFERENCE.search(value):
+        return True
+    return bool(_FORMAT_FIELD.search(value)) and not any(c.isdigit() for c in _FORMAT_FIELD.sub("", value))
+
+
+def _is_blank(value: str) -> bool:
+    """True for values that are plainly not a secret: empty, too short, placeholders, references, code, paths,
+    URLs, password hashes; a literal word like `password` still counts (see `_is_excluded_value`)."""
     value = value.strip()
     return (
-        not value
+        len(value) < 3  # `SavePassword=1`
         or value in _DOCUMENTED_EXAMPLES
         or (len(value) >= 8 and _is_filler(value))
+        or _is_alphabet(value)
         or value.startswith("[REDACTED")
-        or bool(_VALUE_REFERENCE.search(value))
+        or _is_reference(value)
         or bool(_VALUE_CODE.search(value))
         or bool(_VALUE_PLACEHOLDER.search(value))
+        or bool(_VALUE_HASH.search(value))
         or bool(_VALUE_PATH.search(value))
         or bool(_VALUE_URL.match(value))
     )
+
+
+def _is_excluded_value(value: str) -> bool:
+    """`_is_blank`, or a word standing in for a value (`password = "password"`, `token: string`)."""
+    return _is_blank(value) or bool(_VALUE_WORD.match(value.strip()))
 
 
 def _looks_random(value: str) -> bool:
@@ -231,6 +293,8 @@ def _looks_like_credential(value: str) -> bool:
     `secret`, `api_key`, where code is full of non-secret values (`end_token = '}'`, `token = r"[a-z]+"`)."""
     if len(value) < 8 or _NOT_CREDENTIAL_CHARS.search(value):
         return False
+    if _BRACKETS.search(value) and _has_balanced_brackets(value):
+        return False  # `r"[a-z]+"`, `<eos>`: a pattern or a tag; random symbols rarely close what they open
     has_digit = any(c.isdigit() for c in value)
     mixed_case = any(c.isupper() for c in value) and any(c.islower() for c in value)
     return has_digit or (len(value) >= 16 and mixed_case)
@@ -238,7 +302,7 @@ def _looks_like_credential(value: str) -> bool:
 
 def _looks_like_code(value: str, following: str) -> bool:
     """An unquoted value that reads as a variable, attribute, call or type rather than a literal."""
-    if following[:1] in ("(", "[", "."):
+    if following[:1] in ("(", "[", ".") or _CMDLET.fullmatch(value):
         return True
     if _DOTTED.fullmatch(value):
         return True
@@ -390,7 +454,7 @@ def _accept_xml(m: re.Match[str]) -> bool:
 _KIND_FROM_GROUP = ""  # the rule's kind is that of the `_PROVIDER_TOKENS` entry whose group matched
 def _accept_token(m: re.Match[str]) -> bool:
     token = m.group(0)
-    if token in _DOCUMENTED_EXAMPLES or _is_filler(token):
+    if token in _DOCUMENTED_EXAMPLES or _is_filler(token) or _is_alphabet(token):
         return False
     kind = _rule_kind(_PROVIDER_RULE, m)
     if kind == "vault-token" and token.startswith("s."):  # legacy `s.` tokens: not `s.AcceptanceTimeoutSeconds`
@@ -425,6 +489,19 @@ def _accept_prose_password(m: re.Match[str]) -> bool:
         return False
     has_letter = any(c.isalpha() for c in value)
     return has_letter and (any(c.isdigit() for c in value) or any(c in _PROSE_SYMBOLS for c in value[:-1]))
+
+
+_ANNOTATED = re.compile(r"[A-Za-z_][\w.\[\]|, ]{0,80}?[ \t]=")  # `password: str = Field(...)`: Python, not YAML
+
+
+def _accept_yaml_phrase(m: re.Match[str]) -> bool:
+    """A YAML password of several words with a digit or symbol; `new_password: New password` is a label."""
+    value = m.group("value")
+    if " " not in value or not _is_password_name(m.group("name")) or _name_strength(m.group("name")) != _STRONG:
+        return False
+    if _is_excluded_value(value) or _is_prose(value) or _ANNOTATED.match(value):
+        return False
+    return any(c.isdigit() or c in _PROSE_SYMBOLS for c in value)
 
 
 _KV_VALUE_GROUPS = ("v_esc", "v_dq", "v_sq", "v_bt", "v_bare")
@@ -466,9 +543,9 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         return False
     if m.string[m.end() : m.end() + 1] in ("<", "{", "$"):
         return False  # `dop_v1_<your-token>`: the start of a template, not a value
-    if m.group("sep") == ":" and (m.group("sp1") or not (m.group("sp2") or group != "v_bare")):
+    if m.group("sep") == ":" and ((m.group("sp1") and not m.group("kq")) or not (m.group("sp2") or group != "v_bare")):
         return False  # `Pass :meth:`, `input:TokenStream`: not a key-value pair
-    env_style = group == "v_bare" and _is_env_style(m)
+    env_style = _is_env_style(m)
     if group == "v_bare" and not env_style:
         if value.isdigit() and len(value) < 6:
             return False  # ports, counts, lifetimes
@@ -477,18 +554,49 @@ def _accept_assignment(m: re.Match[str]) -> bool:
             return False
     if strength == _WEAK:
         return "/" not in value and _looks_random(value)  # not `key = "datasets/2019/part-0.parquet"`
-    if _is_password_name(name) or env_style:
-        return group == "v_bare" or not _is_prose(value)
+    if _is_password_name(name) and (group == "v_bare" or env_style):
+        return True  # a .env or shell password may be a phrase: `KEYSTORE_PASSWORD='my secret pass 9'`
+    if group == "v_bare" and env_style:
+        return True
+    return _is_named_credential(name, value)
+
+
+def _is_named_credential(name: str, value: str) -> bool:
+    """A quoted value under a strong name: passwords may be phrases (not prose), other secrets look like keys."""
+    if _is_password_name(name):
+        return not _is_prose(value)
     return _looks_like_credential(value)
 
 
+def _accept_named_value(m: re.Match[str]) -> bool:
+    """`<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`: a name and its quoted value."""
+    name, value = m.group("name"), m.group("value")
+    strength = _name_strength(name)
+    if strength == _NONE or _is_excluded_value(value) or _names_a_secret(value, name):
+        return False
+    return _is_named_credential(name, value) if strength == _STRONG else _looks_random(value)
+
+
 _QUOTED_VALUE = (
-    r"""(?:[rbuRBU]?\\"(?P<v_esc>[^"\\\n]{1,400})\\\""""
-    r"""|[rbuRBU]?"(?P<v_dq>(?:[^"\\\n]|\\.){1,400})\""""
+    r"""(?:[rbuRBU@]?\\"(?P<v_esc>[^"\\\n]{1,400})\\\""""
+    r"""|[rbuRBU@]?"(?P<v_dq>(?:[^"\\\n]|\\.){1,400})\""""
     r"""|[rbuRBU]?'(?P<v_sq>[^'\n]{1,400})'"""
     r"""|`(?P<v_bt>[^`\n]{1,400})`"""
     r"""|(?P<v_bare>[^\s"'`,;&|()<>{}\[\]\\=][^\s"'`,;&|()<>{}\[\]\\]{0,400}))"""
 )
+
+_SHELL_WORD = r"""(?:"(?P<dq>[^"\n]{1,256})"|'(?P<sq>[^'\n]{1,256})'|(?P<bare>[^\s"']{1,256}))"""
+
+
+def _first_group(m: re.Match[str], *groups: str) -> str:
+    return next(m.group(g) for g in groups if m.group(g) is not None)
+
+
+def _is_password_slot(user: str, value: str) -> bool:
+    """The password of `user:PASS` in a URL or `curl -u`: any literal counts, even the word `password`; blanks
+    (`<user:password>`, `$USER:$TOKEN`, `****`) and a default equal to the user (`guest:guest`) do not."""
+    return not _is_blank(value) and not _is_blank(f"{user}:{value}") and value != user
+
 
 _RULES: tuple[_Rule, ...] = (
     _Rule(
@@ -529,10 +637,10 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(  # scheme://user:PASS@host keeps user and host
         KIND_PASSWORD,
         re.compile(
-            r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://[^\s:/@'\"<>]{0,256}:(?P<value>[^\s@/'\"<>]{1,256})@(?=[\w.\[-])"
+            r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://(?P<user>[^\s:/@'\"<>]{0,256}):(?P<value>[^\s@/'\"<>]{1,256})@(?=[\w.\[-])"
         ),
         ("value",),
-        _accept_literal,
+        lambda m: _is_password_slot(m.group("user"), m.group("value")),
     ),
     _Rule(
         KIND_PASSWORD,
@@ -544,11 +652,38 @@ _RULES: tuple[_Rule, ...] = (
         ("value",),
         _accept_authorization,
     ),
-    _Rule(  # curl -u user:PASS, --user user:PASS
+    _Rule(  # curl -u user:PASS, --user user:'PASS', -u "user:PASS PHRASE"
         KIND_PASSWORD,
-        re.compile(r"(?:^|\s)(?:-u|--user)[ \t]+[\"']?[^\s:\"']{1,256}:(?P<value>[^\s\"']{1,256})"),
+        re.compile(
+            r"(?:^|\s)(?:-u|--user)[ \t]+(?:\"(?P<dq_user>[^\s:\"]{1,256}):(?P<dq_all>[^\"\n]{1,256})\""
+            r"|'(?P<sq_user>[^\s:']{1,256}):(?P<sq_all>[^'\n]{1,256})'"
+            r"|(?P<user>[^\s:\"']{1,256}):" + _SHELL_WORD + ")"
+        ),
+        ("dq_all", "sq_all", "dq", "sq", "bare"),
+        lambda m: _is_password_slot(
+            m.group("dq_user") or m.group("sq_user") or m.group("user"), _first_group(m, "dq_all", "sq_all", "dq", "sq", "bare")
+        ),
+    ),
+    _Rule(  # docker login -u ci -p 'PASS', az login -u me -p PASS
+        KIND_PASSWORD,
+        re.compile(r"\blogin\b[^\n|;&]{0,200}?[ \t]-p[ \t]+" + _SHELL_WORD),
+        ("dq", "sq", "bare"),
+        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+    ),
+    _Rule(  # PowerShell: ConvertTo-SecureString "PASS" -AsPlainText
+        KIND_PASSWORD,
+        re.compile(r"(?i)\bConvertTo-SecureString[ \t]+(?:-String[ \t]+)?(?:\"(?P<dq>[^\"\n]{1,256})\"|'(?P<sq>[^'\n]{1,256})')"),
+        ("dq", "sq"),
+        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq")),
+    ),
+    _Rule(  # <add key="ClearTextPassword" value="PASS" />, define('DB_PASSWORD', 'PASS'), setdefault("API_TOKEN", "…")
+        KIND_PASSWORD,
+        re.compile(
+            r"(?:\b(?:key|name)=|\([ \t]*)[\"'](?P<name>[A-Za-z_][\w.-]{0,80})[\"']"
+            r"(?:[ \t]+value=|[ \t]*,[ \t]*)[\"'](?P<value>[^\"'\n]{1,400})[\"']"
+        ),
         ("value",),
-        _accept_literal,
+        _accept_named_value,
     ),
     _Rule(  # mysql -pPASS
         KIND_PASSWORD,
@@ -564,9 +699,9 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(  # sshpass -p PASS
         KIND_PASSWORD,
-        re.compile(r"\bsshpass[ \t]+-p[ \t]*(?:\"(?P<dq>[^\"\n]{1,256})\"|'(?P<sq>[^'\n]{1,256})'|(?P<bare>[^\s\"']{1,256}))"),
+        re.compile(r"\bsshpass[ \t]+-p[ \t]*" + _SHELL_WORD),
         ("dq", "sq", "bare"),
-        lambda m: not _is_excluded_value(m.group("dq") or m.group("sq") or m.group("bare")),
+        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
     ),
     _Rule(  # requests' auth=("user", "PASS"), HTTPBasicAuth("user", "PASS")
         KIND_PASSWORD,
@@ -613,6 +748,15 @@ _RULES: tuple[_Rule, ...] = (
         ("value",),
         _accept_prose_password,
     ),
+    _Rule(  # YAML: `password: Harbor Lights 2019!`, a phrase up to the end of its line
+        KIND_PASSWORD,
+        re.compile(
+            r"(?m)^[ \t]*(?:-[ \t]+)?(?P<name>[A-Za-z_][\w.-]{0,80}):[ \t]+"
+            r"(?P<value>[^\s\"'#|>&*!{\[%@`][^\n#]{0,200}?[^\s#])[ \t]*(?:[ \t]#[^\n]{0,400})?$"
+        ),
+        ("value",),
+        _accept_yaml_phrase,
+    ),
     _Rule(  # fish: set -x API_TOKEN value
         KIND_PASSWORD,
         re.compile(r"\bset[ \t]+-[gxuU]{1,3}[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]{0,80})[ \t]+[\"']?(?P<value>[^\s\"']{1,400})"),
@@ -634,6 +778,7 @@ _RULES: tuple[_Rule, ...] = (
             r"(?<![A-Za-z0-9_])"
             r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key))"  # cheap pre-filter on the name
             r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?)?"  # `"key": `, `["KEY"] = `
+            r"(?:[ \t]*:[ \t]*[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=]))?"  # a type: `password: str = `
             r"(?P<sp1>[ \t]*)(?P<sep>:=|=>|=(?![=~])|:(?![:/=]))(?P<sp2>[ \t]*)" + _QUOTED_VALUE
         ),
         _KV_VALUE_GROUPS,
