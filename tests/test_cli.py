@@ -28,7 +28,7 @@ def test_search_json_results_cite_their_sources(warehouse: str, capsys) -> None:
     assert len(data["results"]) == 3
     for result in data["results"]:
         assert result["session_id"] and result["message_ids"] and result["source_path"].endswith(".jsonl")
-    assert "AKIAIOSFODNN7EXAMPLE" not in json.dumps(data)  # the sample's AWS key is redacted before indexing
+    assert "AKIAFAKE7Q2MZKD4RW6N" not in json.dumps(data)  # the sample's AWS key is redacted before indexing
 
 
 @pytest.mark.parametrize(
