@@ -29,13 +29,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
-
-import numpy as np
 
 from sessionmem_pipeline.core.collapse import ToolUsage, ToolUse, summarize_tools
 from sessionmem_pipeline.core.flags import has_action, has_decision, shell_command_changes_state
@@ -50,6 +47,7 @@ from sessionmem_pipeline.core.models import (
     content_hash,
 )
 from sessionmem_pipeline.core.redact import redact
+from sessionmem_pipeline.core.textrank import textrank, tfidf_rows
 from sessionmem_pipeline.core.tokens import count_tokens, truncate_to_tokens
 from sessionmem_pipeline.core.topics import keyword_topics, normalize_tag
 
@@ -557,41 +555,6 @@ def _split_parts(messages: Sequence[CollapsedMessage], budget: int) -> list[list
 # ---- sentence centrality --------------------------------------------------------------------------------------
 
 
-def _tfidf(documents: Sequence[Sequence[str]]) -> np.ndarray:
-    """Unit-length TF-IDF rows (sublinear tf, smoothed idf); a document without terms is a zero row."""
-    vocabulary: dict[str, int] = {}
-    for document in documents:
-        for term in document:
-            vocabulary.setdefault(term, len(vocabulary))
-    frequencies = Counter(term for document in documents for term in set(document))
-    matrix = np.zeros((len(documents), len(vocabulary)))
-    for row, document in enumerate(documents):
-        for term, count in Counter(document).items():
-            idf = math.log((1 + len(documents)) / (1 + frequencies[term])) + 1.0
-            matrix[row, vocabulary[term]] = (1.0 + math.log(count)) * idf
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.where(norms > 0, norms, 1.0)
-
-
-def _centrality(vectors: np.ndarray, damping: float = 0.85) -> np.ndarray:
-    """TextRank: PageRank over the cosine-similarity graph of the sentences, scaled to mean 1."""
-    count = len(vectors)
-    if count <= 1:
-        return np.ones(count)
-    similarity = vectors @ vectors.T
-    np.fill_diagonal(similarity, 0.0)
-    sums = similarity.sum(axis=1, keepdims=True)
-    transition = np.where(sums > 0, similarity / np.where(sums > 0, sums, 1.0), 1.0 / count)
-    rank = np.full(count, 1.0 / count)
-    for _ in range(200):
-        updated = (1.0 - damping) / count + damping * (transition.T @ rank)
-        converged = float(np.abs(updated - rank).sum()) < 1e-12
-        rank = updated
-        if converged:
-            break
-    return rank * count
-
-
 _REDUNDANT = 0.5  # cosine similarity above which a sentence repeats one already chosen
 
 
@@ -602,8 +565,8 @@ def _rank(candidates: Sequence[_Sentence], limit: int) -> list[_Sentence]:
     """
     if not candidates or limit <= 0:
         return []
-    vectors = _tfidf([candidate.terms for candidate in candidates])
-    centrality = _centrality(vectors)
+    vectors = tfidf_rows([candidate.terms for candidate in candidates])
+    centrality = textrank(vectors) * len(candidates)  # mean 1
     scores = [
         round(float(centrality[i]) * min(1.0, len(c.terms) / 5) * (0.5 if _is_question(c.text) else 1.0), 9)
         for i, c in enumerate(candidates)
