@@ -443,10 +443,14 @@ def _sentences(text: str) -> list[str]:
     return found
 
 
+# Markup tags ("<file_photo>", "<command-name>") and redaction markers say nothing about the subject.
+_MARKUP = re.compile(r"</?[a-z][\w-]*/?>|\[redacted\b[^\]]*\]|<redacted\b[^>]*>", re.IGNORECASE)
+
+
 def _terms(text: str) -> tuple[str, ...]:
-    """Content terms for similarity: lowercase words without function words, plurals folded."""
+    """Content terms for similarity: lowercase words without function words or markup, plurals folded."""
     terms = []
-    for word in _TERM.findall(text.lower()):
+    for word in _TERM.findall(_MARKUP.sub(" ", text).lower()):
         if word in _STOP_TERMS:
             continue
         if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
@@ -558,6 +562,7 @@ def _split_parts(messages: Sequence[CollapsedMessage], budget: int) -> list[list
 _REDUNDANT = 0.5  # cosine similarity above which a sentence repeats one already chosen
 
 
+
 def _rank(candidates: Sequence[_Sentence], limit: int) -> list[_Sentence]:
     """The `limit` most central candidates, skipping near-repeats; best first.
 
@@ -568,7 +573,12 @@ def _rank(candidates: Sequence[_Sentence], limit: int) -> list[_Sentence]:
     vectors = tfidf_rows([candidate.terms for candidate in candidates])
     centrality = textrank(vectors) * len(candidates)  # mean 1
     scores = [
-        round(float(centrality[i]) * min(1.0, len(c.terms) / 5) * (0.5 if _is_question(c.text) else 1.0), 9)
+        round(
+            float(centrality[i])
+            * min(1.0, len(c.terms) / 5)
+            * (0.5 if _is_question(c.text) else 1.0),
+            9,
+        )
         for i, c in enumerate(candidates)
     ]
     chosen: list[int] = []
@@ -602,7 +612,9 @@ def _extractive_content(
         overview=overview,
         topics=topics,
         decisions=decisions,
-        key_points=_key_points(parts, previous, taken=quoted | set(decisions) | set(open_items)),
+        key_points=_key_points(
+            parts, previous, taken=quoted | {_REPLY_CONTEXT.sub("", d) for d in decisions} | set(open_items)
+        ),
         open_items=open_items,
     )
     return _merge_contents(_Content.of(previous), new, stretch) if previous else new
@@ -709,8 +721,23 @@ def _quote(prose: str, *, requests_first: bool, names: Sequence[str] = ()) -> li
     return (asked or sentences)[:2]
 
 
-def _quoted(sentences: Sequence[str]) -> str:
-    return '"' + _clip_words(" ".join(sentences), QUOTE_WORDS) + '"'
+def _quoted(quote: Sequence[str], source: Sequence[str] = ()) -> str:
+    """The quoted sentences in quotation marks: whole sentences, with "…" wherever sentences of `source` (the
+    message they come from) were left out between them, or where the quote is cut at QUOTE_WORDS."""
+    pieces: list[str] = []
+    for sentence in quote:
+        if pieces and not _follows(source, pieces[-1], sentence):
+            pieces.append("…")
+        pieces.append(sentence)
+    return '"' + _clip_words(" ".join(pieces), QUOTE_WORDS) + '"'
+
+
+def _follows(source: Sequence[str], first: str, second: str) -> bool:
+    """Whether `second` comes right after `first` in `source` (always so when no source is given)."""
+    if not source:
+        return True
+    positions = [i for i, sentence in enumerate(source[:-1]) if sentence == first]
+    return any(source[i + 1] == second for i in positions)
 
 
 def _opener(messages: Sequence[CollapsedMessage]) -> CollapsedMessage | None:
@@ -740,7 +767,8 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
     opener = _opener(stretch.messages)
     if opener is not None:
         quote = _quote(_substance(opener), requests_first=True, names=stretch.speakers)
-        sentences.append(f"{opener.speaker} {'asked' if _asks(quote, worked) else 'said'}: {_quoted(quote)}")
+        said = "asked" if _asks(quote, worked) else "said"
+        sentences.append(f"{opener.speaker} {said}: {_quoted(quote, _sentences(_substance(opener)))}")
         quoted.update(quote)
     if worked:
         worker = next((m.speaker for m in stretch.messages if m.tools), "The assistant")
@@ -757,7 +785,7 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
         report = next((m for m in reversed(stretch.messages) if m.role == "assistant" and _substance(m)), None)
         if report is not None and (opener is None or report.seq > opener.seq):
             quote = _quote(_substance(report), requests_first=False)[:2]
-            sentences.append(f"{report.speaker} last reported: {_quoted(quote)}")
+            sentences.append(f"{report.speaker} last reported: {_quoted(quote, _sentences(_substance(report)))}")
             quoted.update(quote)
     return " ".join(sentences), quoted
 
@@ -769,6 +797,9 @@ def _context(sentences: Sequence[str]) -> str:
     """What a short reply answers: the last question of the message before it, else its last sentence."""
     questions = [s for s in sentences if _is_question(s)]
     return (questions or list(sentences) or [""])[-1]
+
+
+_REPLY_CONTEXT = re.compile(r' \(re: ".*"\)$')  # what a short decision answered, after it
 
 
 def _decisions(messages: Sequence[CollapsedMessage], speakers: Sequence[str]) -> tuple[str, ...]:
@@ -827,12 +858,13 @@ def _open_items(stretch: _Stretch) -> tuple[str, ...]:
     last_request = next((m for m in reversed(talk) if m.role == "user"), None)
     if last_request is not None:
         after = [m for m in messages if m.seq > last_request.seq]
-        replied = any(m.role == "assistant" and _substance(m) for m in after)
+        replied = any(m.role == "assistant" and _prose(m.text, m.tools) for m in after)  # "Sure :)" answers too
         tools_after = [r for m in after for r in m.tools]
         quote = _quote(_substance(last_request), requests_first=True, names=stretch.speakers)
         stopped = not tools_after or _unfinished(tools_after[-1])  # nothing was done, or it did not finish
         if _asks(quote, stretch.usage.call_count > 0) and not replied and stopped:
-            items.append(f"{last_request.speaker} asked: {_quoted(quote)} (no reply yet)")
+            source = _sentences(_substance(last_request))
+            items.append(f"{last_request.speaker} asked: {_quoted(quote, source)} (no reply yet)")
             unanswered = last_request
     start = min(len(talk) - _TAIL_MESSAGES, talk.index(last_request) if last_request else len(talk))
     for message in talk[max(start, 0) :]:
