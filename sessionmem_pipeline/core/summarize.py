@@ -49,7 +49,7 @@ from sessionmem_pipeline.core.models import (
 from sessionmem_pipeline.core.redact import redact
 from sessionmem_pipeline.core.textrank import textrank, tfidf_rows
 from sessionmem_pipeline.core.tokens import count_tokens, truncate_to_tokens
-from sessionmem_pipeline.core.topics import keyword_topics, normalize_tag
+from sessionmem_pipeline.core.topics import keyword_topics, usable_tags
 
 EXTRACTIVE_MODEL = "extractive-v1"
 """The `model` of offline summaries; a change to the extractive algorithm gets a new name."""
@@ -821,7 +821,8 @@ def _decisions(messages: Sequence[CollapsedMessage], speakers: Sequence[str]) ->
             if len(sentence.split()) < 6 and context:
                 item += f' (re: "{_clip_words(context, 25)}")'
             found.append(item)
-        before = sentences or before
+        if len(_terms(" ".join(sentences))) >= 2:  # "ok continue" is not what a later choice answers
+            before = sentences
     return _unique(found)[-MAX_DECISIONS:]
 
 
@@ -1021,8 +1022,8 @@ def _content_from_reply(reply: Any, model: str) -> _Content:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             problems.append(f'"{key}" is missing or not a list of strings')
             continue
-        cleaned = (redact(" ".join(item.split())) for item in value)
-        lists[key] = _unique(normalize_tag(item) if key == "topics" else item for item in cleaned)[: _LIMITS[key]]
+        cleaned = [redact(" ".join(item.split())) for item in value]
+        lists[key] = tuple(usable_tags(cleaned, MAX_TOPICS)) if key == "topics" else _unique(cleaned)[: _LIMITS[key]]
     if problems:
         raise LLMError(
             f"model {model!r} replied with an unusable summary: {'; '.join(problems)}. "

@@ -192,7 +192,7 @@ def _singular(word: str) -> str:
 
 
 def _is_content_word(word: str) -> bool:
-    if word in _STOP_WORDS or _is_typo(word):
+    if word in _STOP_WORDS or word in _MARKER_WORDS or _is_typo(word):
         return False
     if len(word) < 3:
         return word in _SHORT_TERMS
@@ -422,20 +422,36 @@ def llm_topics(text: str, llm: ChatModel, *, max_topics: int = DEFAULT_MAX_TOPIC
     return _validated_topics(reply, llm.model, max_topics)
 
 
+_MARKER_WORDS = frozenset({"redacted", "placeholder", "len", "sha", "sha1", "sha256", "md5"})
+"""Words of redaction markers ("[redacted text len=120 sha256=...]"): a tag with one of them names no subject."""
+
+
+def usable_tags(tags: Iterable[str], max_topics: int = DEFAULT_MAX_TOPICS) -> list[str]:
+    """A model's tags normalized, each once, without what is no subject: generic words ("discussion"), function
+    words, ids and hashes, placeholders ("redacted"), typos; a tag is kept when one of its words says something."""
+    kept: list[str] = []
+    for tag in tags:
+        normalized = normalize_tag(tag)
+        words = normalized.split("-")
+        if not normalized or normalized in kept or normalized in _GENERIC_TAGS or _MARKER_WORDS.intersection(words):
+            continue
+        if any(re.fullmatch(r"[0-9a-f]*\d[0-9a-f]*", word) and len(word) >= 6 for word in words):
+            continue  # a hash or an id ("3f9a2c1d")
+        if any(_is_content_word(word) and word not in _GENERIC_TAGS for word in words):
+            kept.append(normalized)
+    return kept[:max_topics]
+
+
 def _validated_topics(reply: Any, model: str, max_topics: int) -> list[str]:
     if not isinstance(reply, dict) or not isinstance(reply.get("topics"), list):
         raise LLMError(f'{model} replied {str(reply)[:200]!r}; expected a JSON object {{"topics": [...]}}')
     raw = reply["topics"]
     if not all(isinstance(tag, str) for tag in raw):
         raise LLMError(f"{model} replied topics {str(raw)[:200]!r}; expected a list of strings")
-    tags: list[str] = []
-    for tag in raw:
-        normalized = normalize_tag(tag)
-        if normalized and normalized not in tags and normalized not in _GENERIC_TAGS and normalized not in _STOP_WORDS:
-            tags.append(normalized)
+    tags = usable_tags(raw, max_topics)
     if not tags:
         raise LLMError(f"{model} replied no usable topic tag in {str(raw)[:200]!r}")
-    return tags[:max_topics]
+    return tags
 
 
 # ---- session level --------------------------------------------------------------------------------
