@@ -403,11 +403,13 @@ def _ratio(a: float, b: float) -> str:
 
 
 def print_tables(rows: list[Row], fixture_rows: list[dict[str, Any]], seeds: int) -> None:
-    print(f"ROUGE against human reference summaries; baselines cut to the summary's token count (random-N: {seeds} seeds)")
+    print("ROUGE against human reference summaries; baselines cut to the summary's token count "
+          f"(random-N: {seeds} seeds)")
     print(f"{'dataset':<10}{'half':<8}{'method':<15}{'n':>5}{'tokens':>8}" + "".join(f"{m:>8}" for m in METRICS))
     for index, row in enumerate(rows):
         head = f"{row.dataset:<10}{row.half:<8}"
-        print(f"{head}{row.method:<15}{row.sessions:>5}{row.tokens:>8.1f}" + "".join(f"{row.scores[m]:>8.3f}" for m in METRICS))
+        cells = "".join(f"{row.scores[m]:>8.3f}" for m in METRICS)
+        print(f"{head}{row.method:<15}{row.sessions:>5}{row.tokens:>8.1f}{cells}")
         if row.method == "random-N":  # the last of a half: the summarizer's ratios over each baseline
             ours = rows[index - 2].scores
             for baseline in rows[index - 1 : index + 1]:

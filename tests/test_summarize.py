@@ -472,7 +472,7 @@ def test_a_quote_of_sentences_that_do_not_follow_each_other_marks_the_gap() -> N
 
 def test_redaction_markers_and_markup_are_neither_topics_nor_key_points() -> None:
     messages = [
-        message(0, "user", "Rotate the deploy token in the billing service: [redacted text len=40 sha256=9f2c1ab3e4d5]."),
+        message(0, "user", "Rotate the deploy token in the billing service: [redacted text len=40 sha256=9f2c1ab3]."),
         message(1, "assistant", "<file_photo>"),
         message(2, "assistant", "Rotated the billing service deploy token [REDACTED:github-token] len=40 sha=9f2c1a."),
         message(3, "user", "Thanks. Does the billing service pick up the new deploy token without a restart?"),
@@ -494,11 +494,13 @@ def test_assent_to_go_on_is_not_a_decision_but_a_dropped_version_is() -> None:
     ]
     decisions = summarize_session(messages).decisions
 
-    assert decisions == ("Assistant: We're dropping 5.7. (re: \"Only 2% of installs use it and it is past end of life.\")",)
+    context = "Only 2% of installs use it and it is past end of life."
+    assert decisions == (f'Assistant: We\'re dropping 5.7. (re: "{context}")',)
 
 
 def test_the_llm_summary_keeps_no_marker_or_hash_tags(openai_server: OpenAICompatibleServer) -> None:
-    openai_server.enqueue(CHAT, llm_reply(topics=["Billing Service", "text-len", "len-sha", "9f2c1ab3e4", "discussion"]))
+    tags = ["Billing Service", "text-len", "len-sha", "9f2c1ab3e4", "discussion"]
+    openai_server.enqueue(CHAT, llm_reply(topics=tags))
     messages = [message(0, "user", "Rotate the billing deploy token."), message(1, "assistant", "Rotated it.")]
 
     summary = summarize_session(messages, llm=chat_model(openai_server))

@@ -158,7 +158,8 @@ def _slip_of(word: str, intended: str) -> bool:
         diffs = [i for i in range(len(word)) if word[i] != intended[i]]
         first, second = diffs if len(diffs) == 2 else (0, 0)
         return second == first + 1 and word[first] == intended[second] and word[second] == intended[first]
-    return len(word) + 1 == len(intended) and any(intended[:i] + intended[i + 1 :] == word for i in range(len(intended)))
+    dropped = (intended[:i] + intended[i + 1 :] for i in range(len(intended)))
+    return len(word) + 1 == len(intended) and word in dropped
 
 
 _REAL_SLIPS = frozenset({"three", "trough"})  # words that are also a slip of a function word ("there", "through")
