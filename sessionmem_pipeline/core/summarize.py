@@ -51,9 +51,9 @@ from sessionmem_pipeline.core.textrank import textrank, tfidf_rows
 from sessionmem_pipeline.core.tokens import count_tokens, truncate_to_tokens
 from sessionmem_pipeline.core.topics import keyword_topics, usable_tags
 
-EXTRACTIVE_MODEL = "extractive-v1"
+EXTRACTIVE_MODEL = "extractive-v2"
 """The `model` of offline summaries; a change to the extractive algorithm gets a new name."""
-SUMMARY_VERSION = "summary-v1"
+SUMMARY_VERSION = "summary-v2"
 """Part of every input hash: change it whenever prompts or output change, so old summaries are redone."""
 DEFAULT_MAX_INPUT_TOKENS = 6000
 MIN_INPUT_TOKENS = 200
