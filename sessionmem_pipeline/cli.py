@@ -409,7 +409,13 @@ def record_compaction(warehouse: Path, path: Path, result: Any) -> None:
 def cmd_compact(args: argparse.Namespace) -> int:
     from datetime import UTC
 
-    from sessionmem_pipeline.core.compact import SummarizationConfig, compact, parse_transcript, render_stats_box
+    from sessionmem_pipeline.core.compact import (
+        SummarizationConfig,
+        compact,
+        parse_transcript,
+        render_context,
+        render_stats_box,
+    )
     from sessionmem_pipeline.providers import chat_model_from_settings
 
     path = Path(args.file)
@@ -423,8 +429,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
         _print_json(result.as_json())
         return 0
     print(render_stats_box(result))
-    for message in result.context():
-        print(f"\n[{message.role}] {message.text}")
+    print()
+    print(render_context(result))
     return 0
 
 
