@@ -4,8 +4,9 @@
 
 For each size (MB) a generic transcript holds a short question and one assistant reply of that size (numbered
 sentences in paragraphs, with code lines: text the chunker must cut at boundaries). Each size runs in a fresh
-process and reports the CPU seconds (not wall time: on a shared machine it is the honest number) of parsing and validation (`inspect_file`), collapsing and redaction
-(`collapse_messages`) and chunking with the offline embedder's window (`chunk_session`), the chunks kept (the
+process and reports the CPU seconds (not wall time: on a shared machine it is the honest number) of parsing and
+validation (`inspect_file`), redaction at ingest (`redact_session`), collapsing (`collapse_messages`, which
+redacts its narrative again) and chunking with the offline embedder's window (`chunk_session`), the chunks kept (the
 cap is `chunking.max_chunks`, 2,000), and the process's peak memory above what it held before reading the file.
 """
 
@@ -22,6 +23,7 @@ import json, resource, sys, time
 from sessionmem_pipeline.core.chunk import chunk_session
 from sessionmem_pipeline.core.collapse import collapse_messages
 from sessionmem_pipeline.core.formats import inspect_file
+from sessionmem_pipeline.core.sanitize import redact_session
 from sessionmem_pipeline.providers.embedders import LocalMiniLMEmbedder
 from sessionmem_pipeline.stages.embed import chunk_limits
 
@@ -48,7 +50,11 @@ report, parsed = inspect_file("/data/p/huge.jsonl", "/data", data, final=True)
 seconds["parse"] = time.process_time() - started
 del data
 started = time.process_time()
-collapsed = collapse_messages(parsed.sessions[0].messages)
+session = redact_session(parsed.sessions[0])
+seconds["redact"] = time.process_time() - started
+del parsed
+started = time.process_time()
+collapsed = collapse_messages(session.messages)
 seconds["collapse"] = time.process_time() - started
 started = time.process_time()
 result = chunk_session(collapsed, max_tokens=limit, window=window)
@@ -75,12 +81,14 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    header = f"{'MB':>5} {'parse s':>8} {'collapse s':>11} {'chunk s':>8} {'total s':>8} {'chunks':>7} {'parts':>7}"
+    header = f"{'MB':>5} {'parse s':>8} {'redact s':>9} {'collapse s':>11} {'chunk s':>8} {'total s':>8}"
+    header += f" {'chunks':>7} {'parts':>7}"
     print(f"{header} {'peak MB':>8}  (CPU seconds)")
     for row in rows:
         s = row["seconds"]
         print(
-            f"{row['size_mb']:>5g} {s['parse']:>8.1f} {s['collapse']:>11.1f} {s['chunk']:>8.1f} {sum(s.values()):>8.1f}"
+            f"{row['size_mb']:>5g} {s['parse']:>8.1f} {s['redact']:>9.1f} {s['collapse']:>11.1f} {s['chunk']:>8.1f}"
+            f" {sum(s.values()):>8.1f}"
             f" {row['chunks']:>7} {row['last_index'] + 1:>7} {row['peak_mb']:>8.0f}"
         )
     wall = time.perf_counter() - started

@@ -126,8 +126,6 @@ def summarize_sessions(
             written = []
     _write_versions(wh, written, embedder, now or datetime.now(UTC))
     outcome.versions_written += len(written)
-    if embedder:
-        embed_missing_summaries(wh, embedder)  # those the provider failed on before
     return outcome
 
 
@@ -179,7 +177,8 @@ def _insert_version(
 
 
 def embed_missing_summaries(wh: Warehouse, embedder: Embedder) -> int:
-    """Vectors for latest summaries that have none (after `reembed` cleared them for a new model)."""
+    """Vectors for latest summaries that have none (the provider failed on them, or `reembed` cleared them for a
+    new model); the summarize stage calls it every run, so they are embedded once the provider answers."""
     rows = wh.query(
         """
         SELECT v.summary_id, v.search_text FROM session_summaries v JOIN sessions s
@@ -197,6 +196,8 @@ def embed_missing_summaries(wh: Warehouse, embedder: Embedder) -> int:
                 "UPDATE session_summaries SET embedding = ? WHERE summary_id = ?",
                 [[float(x) for x in vector], row["summary_id"]],
             )
+        if embedded:
+            wh.bump_generation()
     return len(embedded)
 
 
