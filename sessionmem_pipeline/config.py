@@ -21,6 +21,7 @@ USER_CONFIG = Path("~/.config/sessionmem/config.toml")
 SECRET_KEYS = frozenset({"embedding.api_key", "llm.api_key"})
 PATH_KEYS = frozenset({"warehouse"})
 PATH_LIST_KEYS = frozenset({"sources"})
+PATTERN_LIST_KEYS = frozenset({"privacy.exclude_paths", "privacy.exclude_projects"})  # globs: only `~` expanded
 
 
 def _machine_timezone() -> str:
@@ -63,6 +64,8 @@ DEFAULTS: dict[str, Any] = {
     "search.session_boost": 0.15,
     "sensors.files_interval_minutes": 1.0,
     "sensors.summaries_interval_minutes": 5.0,
+    "privacy.exclude_paths": [],  # globs over session file paths (a pattern without "/" matches any one folder name)
+    "privacy.exclude_projects": [],  # globs over project names and sessions' working folders
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "embedding.provider": ("local", "openai"),
@@ -190,6 +193,8 @@ def _coerce(key: str, value: Any, origin: str, base_dir: Path) -> Any:
         value = str((base_dir / Path(value).expanduser()).resolve())
     if key in PATH_LIST_KEYS:
         value = [str((base_dir / Path(v).expanduser()).resolve()) for v in value]
+    if key in PATTERN_LIST_KEYS:
+        value = [os.path.expanduser(v) for v in value]
     return value
 
 
@@ -266,6 +271,10 @@ message_threshold = 20
 
 [chunking]
 max_tokens = 500
+
+[privacy]                     # kept out of memory (README: Privacy); also .sessionmem-ignore files and <private> tags
+# exclude_paths = ["*/clients/acme/*", "scratch"]
+# exclude_projects = ["acme-*", "~/work/secret/*"]
 """
 
 

@@ -93,6 +93,8 @@ def read_status(settings: Settings) -> dict[str, Any]:
             "SELECT sum(seconds) / nullif(sum(sessions), 0) FROM runs WHERE sessions > 0"
         ).fetchone()[0]
         quarantine = _rows(conn, "SELECT path, reason, details, sha256, quarantined_at FROM quarantine ORDER BY path")
+        problems = _optional_rows(conn, SOURCE_PROBLEMS_SQL)
+        excluded = _optional_rows(conn, EXCLUDED_SQL)
         model = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
         topics = conn.execute(
             """SELECT topic, count(*) AS n FROM (SELECT unnest(topics) AS topic FROM chunks)
@@ -116,8 +118,22 @@ def read_status(settings: Settings) -> dict[str, Any]:
             "snapshot": _megabytes(snapshot_path(warehouse)),
         },
         "quarantine": quarantine,
+        "source_problems": problems,
+        "excluded": excluded,
         "searches": search_metrics(warehouse),
     }
+
+
+def _optional_rows(conn: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
+    """Rows of a table a snapshot written by an older sessionmem may not have yet (none then)."""
+    try:
+        return _rows(conn, sql)
+    except duckdb.CatalogException:
+        return []
+
+
+SOURCE_PROBLEMS_SQL = "SELECT root, path, kind, detail, recorded_at FROM source_problems ORDER BY root, path"
+EXCLUDED_SQL = "SELECT path, session_id, reason, excluded_at FROM excluded_sessions ORDER BY path, session_id"
 
 
 def check_health(settings: Settings) -> tuple[str, list[str]]:
@@ -149,6 +165,7 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
         model_row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
         conn_model = model_row[0] if model_row else None
         last_indexed = conn.execute("SELECT max(last_indexed_at) FROM source_files").fetchone()[0]
+        source_problems = [p for p in _optional_rows(conn, SOURCE_PROBLEMS_SQL) if p["kind"] != "missing_root"]
     finally:
         conn.close()
     if chunks and not fts:
@@ -164,9 +181,12 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
     changed = files_changed_since(settings, last_indexed)
     if changed:
         problems.append(f"{changed} session files changed since the last index run (stale index)")
-    missing = [str(s) for s in settings.sources if not s.is_dir()]
+    missing = [str(s) for s in settings.sources if not s.is_dir()]  # now, not as the last scan found them
     if missing:
         problems.append(f"source roots not found: {', '.join(missing)}")
+    problems += [f"source problem ({p['kind']}): {p['path']}: {p['detail']}" for p in source_problems[:20]]
+    if len(source_problems) > 20:
+        problems.append(f"... and {len(source_problems) - 20} more source problems (sessionmem status --json)")
     if not snapshot_path(settings.warehouse).exists():
         problems.append("no published snapshot yet: readers fall back to the live file")
     if errors:

@@ -31,7 +31,7 @@ from sessionmem_pipeline.core.changes import IndexedState
 from sessionmem_pipeline.core.models import Chunk, CollapsedMessage, Message, ToolCall, ToolRecord
 
 DATABASE = "wh"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 FTS_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -146,6 +146,15 @@ MIGRATIONS: dict[int, list[str]] = {
         """CREATE TABLE session_threads (
             thread_id VARCHAR, session_id VARCHAR, position INTEGER, title VARCHAR, topics VARCHAR[],
             updated_at TIMESTAMPTZ)""",
+    ],
+    4: [],  # reserved: durable stage state (merged from the stage-registry branch)
+    5: [
+        # sessions the user's exclusions keep out (stages/privacy.py): which file, which session, why
+        """CREATE TABLE excluded_sessions (
+            path VARCHAR, session_id VARCHAR, kind VARCHAR, rule VARCHAR, reason VARCHAR, excluded_at TIMESTAMPTZ)""",
+        # what the last scan of each source root could not read (stages/discover.py)
+        """CREATE TABLE source_problems (
+            root VARCHAR, path VARCHAR, kind VARCHAR, detail VARCHAR, recorded_at TIMESTAMPTZ)""",
     ],
 }
 
@@ -472,6 +481,21 @@ class _Queries:
         for table in SESSION_TABLES:
             if table != "chunk_embeddings" or self._table_exists(table):
                 self.delete_where(table, "session_id", session_ids)
+
+    def delete_session_caches(self, session_ids: Sequence[str]) -> None:
+        """Topic and embedding cache entries made from these sessions' chunks (call before deleting the chunks):
+        a forgotten session leaves nothing derived from its words behind."""
+        hashes = [list(session_ids)]
+        self.conn.execute(
+            "DELETE FROM topic_cache WHERE content_hash IN (SELECT content_hash FROM chunks "
+            "WHERE session_id IN (SELECT unnest(?)))",
+            hashes,
+        )
+        self.conn.execute(
+            "DELETE FROM embedding_cache WHERE text_hash IN (SELECT context_hash FROM chunks "
+            "WHERE session_id IN (SELECT unnest(?)))",
+            hashes,
+        )
 
     def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
         """Start, end, counts and speakers of sessions, from their messages."""

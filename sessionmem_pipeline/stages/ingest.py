@@ -15,7 +15,9 @@ from datetime import UTC, datetime
 from sessionmem_pipeline.core import changes
 from sessionmem_pipeline.core.formats import inspect_file
 from sessionmem_pipeline.core.models import KIND_MESSAGE, Message, ParsedSession, ParseResult
+from sessionmem_pipeline.core.privacy import PrivacyRules
 from sessionmem_pipeline.stages.discover import SourceFile, file_stat
+from sessionmem_pipeline.stages.privacy import apply_privacy, exclusion_rows, forget
 from sessionmem_pipeline.warehouse import Warehouse, message_row, to_json
 
 
@@ -32,6 +34,7 @@ class IngestOutcome:
     messages_written: int = 0
     warnings: list[str] = field(default_factory=list)
     quarantine_reason: str | None = None
+    excluded: list[tuple[str, str]] = field(default_factory=list)  # (session id, why) kept out by privacy rules
 
 
 def _read_prefix(path: str):
@@ -43,9 +46,15 @@ def _read_prefix(path: str):
 
 
 def ingest_file(
-    wh: Warehouse, source: SourceFile, *, max_bad_share: float = 0.5, full: bool = False
+    wh: Warehouse,
+    source: SourceFile,
+    *,
+    max_bad_share: float = 0.5,
+    full: bool = False,
+    privacy: PrivacyRules = PrivacyRules(),
 ) -> IngestOutcome:
-    """Decide what the file needs and do it, in one transaction."""
+    """Decide what the file needs and do it, in one transaction. Sessions the privacy rules exclude are not
+    written (and forgotten if they were stored before); private spans are removed from the rest."""
     previous, row = wh.source_state(source.path)
     current = file_stat(source.path)
     decision = changes.decide(current, previous, _read_prefix(source.path))
@@ -84,9 +93,13 @@ def ingest_file(
         _quarantine(wh, source, report.quarantine_reason or "invalid", report.errors, sha256, len(data))
         outcome.quarantine_reason = report.quarantine_reason
         return outcome
+    parsed, excluded = apply_privacy(parsed, privacy)
+    outcome.excluded = [(sid, str(why)) for sid, why in excluded]
 
     stored_ids = list(row["session_ids"] or []) if row and previous else []
     with wh.transaction():
+        forget(wh, [sid for sid, _ in excluded])
+        wh.replace("excluded_sessions", "path", [source.path], exclusion_rows([(source.path, s, w) for s, w in excluded]))
         plan = _write_plan(wh, parsed, stored_ids, decision)
         if plan.replace_all:
             wh.delete_sessions(stored_ids)
@@ -231,7 +244,7 @@ def remove_file(wh: Warehouse, path: str) -> list[str]:
     session_ids = list(row["session_ids"] or []) if row else []
     with wh.transaction():
         wh.delete_sessions(session_ids)
-        for table in ("source_files", "quarantine", "parse_warnings"):
+        for table in ("source_files", "quarantine", "parse_warnings", "excluded_sessions"):
             wh.delete_where(table, "path", [path])
     return session_ids
 

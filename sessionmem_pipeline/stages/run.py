@@ -16,10 +16,11 @@ from sessionmem_pipeline.core import changes
 from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
 from sessionmem_pipeline.core.formats import validate_file
 from sessionmem_pipeline.providers import Embedder, chat_model_from_settings, embedder_from_settings
-from sessionmem_pipeline.stages.discover import SourceFile, discover
+from sessionmem_pipeline.stages.discover import SourceFile, discover, record_source_problems, scan_sources
 from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file
 from sessionmem_pipeline.stages.memories import ingest_memories
+from sessionmem_pipeline.stages.privacy import privacy_rules, remove_excluded_sessions
 from sessionmem_pipeline.stages.summaries import (
     due,
     embed_missing_summaries,
@@ -52,6 +53,9 @@ class IndexReport:
     decisions: dict[str, int] = field(default_factory=dict)
     formats: dict[str, dict[str, int]] = field(default_factory=dict)  # format -> files, sessions, new messages
     quarantined: list[dict[str, str]] = field(default_factory=list)
+    source_problems: list[dict[str, str]] = field(default_factory=list)  # what the scan could not read
+    excluded: list[dict[str, str]] = field(default_factory=list)  # sessions kept out by privacy rules, and why
+    excluded_removed: int = 0  # stored sessions removed because an exclusion now covers them
     sessions_changed: int = 0
     messages_written: int = 0
     chunks: int = 0
@@ -84,6 +88,7 @@ class IndexReport:
         return bool(
             self.sessions_changed
             or self.orphans_removed
+            or self.excluded_removed
             or self.quarantined
             or self.embedded
             or self.summaries_written
@@ -144,15 +149,25 @@ def index_sources(
     with writer_lock(settings.warehouse, holder="sessionmem index"), storage_guard(settings.warehouse, "index"):
         with Warehouse(settings.warehouse) as wh:
             started_at = datetime.now(UTC)
-            files = _select(discover(roots, since=since), wh, session)
+            rules = privacy_rules(settings)
+            scan = scan_sources(roots, since=since, rules=rules)
+            record_source_problems(wh, roots, scan.problems)
+            report.source_problems = [asdict(p) for p in scan.problems]
+            report.excluded = [{"path": path, "reason": str(why)} for path, why in scan.excluded]
+            files = _select(scan.files, wh, session)
             report.files_seen = len(files)
             changed: list[str] = []
             with report.timed("ingest"):
                 for done, source in enumerate(files, start=1):
-                    outcome = ingest_file(wh, source, max_bad_share=settings["validation.max_bad_line_share"], full=full)
+                    outcome = ingest_file(
+                        wh, source, max_bad_share=settings["validation.max_bad_line_share"], full=full, privacy=rules
+                    )
                     _record(report, outcome)
                     changed += outcome.changed_session_ids
                     tick("ingest", done, len(files))
+                removed = remove_excluded_sessions(wh, settings)
+                report.excluded_removed = len(removed)
+                report.excluded += [{"session_id": sid, "reason": reason} for sid, reason in removed]
             report.sessions_changed = len(changed)
 
             embedder = embedder or embedder_from_settings(settings)
@@ -186,7 +201,7 @@ def index_sources(
                     summarized = summarize_sessions(wh, [r["session_id"] for r in ready], llm=llm, embedder=embedder)
                 report.summaries_written = summarized.versions_written
                 report.warnings += summarized.llm_fallbacks
-            if report.summaries_written or report.sessions_changed:
+            if report.summaries_written or report.sessions_changed or report.excluded_removed:
                 with report.timed("threads"):
                     report.threads = refresh_threads(wh)
             with report.timed("memories"):
@@ -220,6 +235,7 @@ def _record(report: IndexReport, outcome: IngestOutcome) -> None:
         found["sessions"] += len(outcome.session_ids)
         found["messages"] += outcome.messages_written
     report.warnings += outcome.warnings
+    report.excluded += [{"session_id": sid, "reason": reason} for sid, reason in outcome.excluded]
     report.errors += [SessionMemoryError(ErrorType.PARSE_ERROR, w).as_dict() for w in outcome.warnings]
     if outcome.quarantine_reason:
         report.quarantined.append({"path": outcome.path, "reason": outcome.quarantine_reason})
