@@ -60,13 +60,9 @@ def strip_private(text: str) -> str:
     depth = 0
     position = 0
     for tag in PRIVATE_TAG.finditer(text):
-        closing = bool(tag.group(1))
-        if depth == 0 and not closing:
+        if depth == 0:
             kept.append(text[position : tag.start()])
-        if closing:
-            depth = max(depth - 1, 0)
-        else:
-            depth += 1
+        depth = max(depth - 1, 0) if tag.group(1) else depth + 1
         position = tag.end()
     if depth == 0:
         kept.append(text[position:])

@@ -15,6 +15,7 @@ from sessionmem_pipeline.core.privacy import (
     Exclusion,
     PrivacyRules,
     ignore_file_candidates,
+    path_exclusion,
     scrub_session,
     session_exclusion,
 )
@@ -95,10 +96,16 @@ def excluded_sessions(wh: Warehouse, settings: Settings) -> list[tuple[str, str]
 
 
 def remove_excluded_sessions(wh: Warehouse, settings: Settings) -> list[tuple[str, str]]:
-    """Forget the stored sessions the exclusions now cover and record why; the (id, reason) of each."""
+    """Forget the stored sessions the exclusions now cover and record why; the (id, reason) of each. Files the
+    path globs now cover lose their state too, so that they are read again once no glob covers them."""
     found = _covered(wh, settings)
-    if found:
+    rules = privacy_rules(settings)
+    stored_paths = [p for p in wh.indexed_paths()] + [{"path": p} for p in wh.quarantined_paths()]
+    excluded_paths = [row["path"] for row in stored_paths if path_exclusion(row["path"], rules)]
+    if found or excluded_paths:
         with wh.transaction():
             forget(wh, [row["session_id"] for row, _ in found])
             wh.insert("excluded_sessions", exclusion_rows([(r["source_path"], r["session_id"], why) for r, why in found]))
+            for table in ("source_files", "quarantine", "parse_warnings"):
+                wh.delete_where(table, "path", excluded_paths)
     return [(row["session_id"], str(why)) for row, why in found]
