@@ -14,6 +14,7 @@ import duckdb
 from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.providers import embedder_from_settings
 from sessionmem_pipeline.stages.discover import discover
+from sessionmem_pipeline.stages.privacy import privacy_rules
 from sessionmem_pipeline.warehouse import (
     SCHEMA_VERSION,
     Snapshot,
@@ -211,7 +212,7 @@ def files_changed_since(settings: Settings, moment: datetime | None) -> int:
     if moment is None:
         return 0
     cutoff = moment.timestamp() * 1e9
-    return sum(1 for f in discover(settings.sources) if f.stat.mtime_ns > cutoff)
+    return sum(1 for f in discover(settings.sources, rules=privacy_rules(settings)) if f.stat.mtime_ns > cutoff)
 
 
 def list_sessions(

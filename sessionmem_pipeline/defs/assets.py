@@ -20,6 +20,7 @@ from sessionmem_pipeline.stages.discover import discover
 from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import ingest_file, remove_file
 from sessionmem_pipeline.stages.memories import ingest_memories
+from sessionmem_pipeline.stages.privacy import privacy_rules
 from sessionmem_pipeline.stages.summaries import summarize_sessions
 from sessionmem_pipeline.stages.threads import refresh_threads
 from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
@@ -62,7 +63,8 @@ def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
     """Canonical messages of each session file: validated, quarantined when unusable, only new lines when grown."""
     started = time.perf_counter()
     settings = sessionmem.settings()
-    files = {f.partition_key: f for f in discover(settings.sources)}
+    rules = privacy_rules(settings)
+    files = {f.partition_key: f for f in discover(settings.sources, rules=rules)}
     decisions: dict[str, int] = {}
     written = warnings = 0
     quarantined: list[str] = []
@@ -75,7 +77,7 @@ def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
                         remove_file(wh, row["path"])
                 decisions["deleted"] = decisions.get("deleted", 0) + 1
                 continue
-            outcome = ingest_file(wh, source, max_bad_share=settings["validation.max_bad_line_share"])
+            outcome = ingest_file(wh, source, max_bad_share=settings["validation.max_bad_line_share"], privacy=rules)
             decision = "quarantined" if outcome.quarantine_reason else outcome.decision
             decisions[decision] = decisions.get(decision, 0) + 1
             written += outcome.messages_written
