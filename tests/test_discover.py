@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 
 from sessionmem_pipeline.cli import main
+from sessionmem_pipeline.config import load_settings
+from sessionmem_pipeline.providers import LocalMiniLMEmbedder
 from sessionmem_pipeline.stages.discover import scan_sources
+from sessionmem_pipeline.stages.run import index_sources
+from sessionmem_pipeline.status import read_status
 
 
 def session(text: str) -> str:
@@ -130,3 +134,21 @@ def test_index_finishes_and_status_and_health_show_each_problem(hostile_root: Pa
     assert f"source roots not found: {missing}" in reasons
     for name in ("back-up", "self.jsonl", "gone.jsonl", "pipe.jsonl"):
         assert f"{name}: " in reasons
+
+
+def test_a_problem_that_appears_between_runs_reaches_the_readers(tmp_path: Path) -> None:
+    root = tmp_path / "sources"
+    root.mkdir()
+    (root / "a.jsonl").write_text(session("a quiet session"), encoding="utf-8")
+    flags = {"warehouse": str(tmp_path / "w.duckdb"), "sources": [str(root)], "summaries.enabled": False}
+    settings = load_settings(flags=flags, env={}, cwd=tmp_path, home=tmp_path)
+    embedder = LocalMiniLMEmbedder()
+    index_sources(settings, embedder=embedder)
+    assert read_status(settings)["source_problems"] == []
+
+    os.mkfifo(root / "late.jsonl")  # nothing else changes, yet the snapshot readers open must say so
+    report = index_sources(settings, embedder=embedder)
+    assert report.sessions_changed == 0 and report.snapshot
+    assert [(p["path"], p["kind"]) for p in read_status(settings)["source_problems"]] == [
+        (str(root / "late.jsonl"), "not_a_file")
+    ]

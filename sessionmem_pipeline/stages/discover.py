@@ -178,13 +178,19 @@ def discover(
     return scan_sources(roots, since=since, rules=rules).files
 
 
-def record_source_problems(wh: Warehouse, roots: Sequence[Path], problems: Sequence[SourceProblem]) -> None:
-    """The scanned roots' problems replace what their previous scan recorded (`status` and `health` read them)."""
+def record_source_problems(wh: Warehouse, roots: Sequence[Path], problems: Sequence[SourceProblem]) -> bool:
+    """The scanned roots' problems replace what their previous scan recorded (`status` and `health` read them);
+    True when they differ from it (the snapshot readers see must then be published again)."""
+    scanned = [os.path.realpath(r) for r in roots]
+    before = wh.query(
+        "SELECT root, path, kind, detail FROM source_problems WHERE root IN (SELECT unnest(?))", [scanned]
+    )
     now = datetime.now(UTC)
     with wh.transaction():
         wh.replace(
             "source_problems",
             "root",
-            [os.path.realpath(r) for r in roots],
+            scanned,
             [{"root": p.root, "path": p.path, "kind": p.kind, "detail": p.detail, "recorded_at": now} for p in problems],
         )
+    return sorted(tuple(row.values()) for row in before) != sorted((p.root, p.path, p.kind, p.detail) for p in problems)

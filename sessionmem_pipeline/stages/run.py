@@ -56,6 +56,7 @@ class IndexReport:
     source_problems: list[dict[str, str]] = field(default_factory=list)  # what the scan could not read
     excluded: list[dict[str, str]] = field(default_factory=list)  # sessions kept out by privacy rules, and why
     excluded_removed: int = 0  # stored sessions removed because an exclusion now covers them
+    notices_changed: bool = False  # source problems or exclusion records differ from what readers last saw
     sessions_changed: int = 0
     messages_written: int = 0
     chunks: int = 0
@@ -89,6 +90,7 @@ class IndexReport:
             self.sessions_changed
             or self.orphans_removed
             or self.excluded_removed
+            or self.notices_changed
             or self.quarantined
             or self.embedded
             or self.summaries_written
@@ -151,7 +153,7 @@ def index_sources(
             started_at = datetime.now(UTC)
             rules = privacy_rules(settings)
             scan = scan_sources(roots, since=since, rules=rules)
-            record_source_problems(wh, roots, scan.problems)
+            report.notices_changed = record_source_problems(wh, roots, scan.problems)
             report.source_problems = [asdict(p) for p in scan.problems]
             report.excluded = [{"path": path, "reason": str(why)} for path, why in scan.excluded]
             files = _select(scan.files, wh, session)
@@ -236,6 +238,7 @@ def _record(report: IndexReport, outcome: IngestOutcome) -> None:
         found["messages"] += outcome.messages_written
     report.warnings += outcome.warnings
     report.excluded += [{"session_id": sid, "reason": reason} for sid, reason in outcome.excluded]
+    report.notices_changed |= bool(outcome.excluded)
     report.errors += [SessionMemoryError(ErrorType.PARSE_ERROR, w).as_dict() for w in outcome.warnings]
     if outcome.quarantine_reason:
         report.quarantined.append({"path": outcome.path, "reason": outcome.quarantine_reason})
