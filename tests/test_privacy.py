@@ -18,10 +18,10 @@ from sessionmem_pipeline.core.privacy import (
     IGNORE_FILE,
     IGNORE_SESSION_MARKER,
     PrivacyRules,
-    scrub_message,
     session_exclusion,
     strip_private,
 )
+from sessionmem_pipeline.core.sanitize import sanitize_message
 from sessionmem_pipeline.providers import LocalMiniLMEmbedder
 from sessionmem_pipeline.stages.run import index_sources
 from sessionmem_pipeline.warehouse import connect, snapshot_path
@@ -56,7 +56,7 @@ def test_private_spans_leave_thinking_tool_calls_and_metadata_too() -> None:
                              output="out <private>t5</private>"),),
         metadata={"raw": {"note": "<private>t6</private>kept"}},
     )
-    scrubbed = scrub_message(message)
+    scrubbed = sanitize_message(message)
     assert "t1" not in repr(scrubbed) and all(f"t{n}" not in repr(scrubbed) for n in range(2, 7))
     assert scrubbed.tool_calls[0].input == {"command": "echo ", "args": ["x"]}
     assert (scrubbed.text, scrubbed.thinking, scrubbed.metadata) == ("ok ", "hmm ", {"raw": {"note": "kept"}})

@@ -6,15 +6,13 @@ Pure decisions: the stages bring the facts (a file's path, a session's project a
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import PurePath
-from typing import Any
 
-from sessionmem_pipeline.core.models import KIND_MESSAGE, Message, ParsedSession
+from sessionmem_pipeline.core.models import KIND_MESSAGE, Message
 
 IGNORE_FILE = ".sessionmem-ignore"
 """A file by this name in a session's working folder (or a folder above it) keeps the session out."""
@@ -67,41 +65,6 @@ def strip_private(text: str) -> str:
     if depth == 0:
         kept.append(text[position:])
     return "".join(kept)
-
-
-def scrub(value: Any) -> Any:
-    """Every string inside a JSON-like value without its private spans (tool inputs, metadata)."""
-    if isinstance(value, str):
-        return strip_private(value)
-    if isinstance(value, dict):
-        return {key: scrub(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(scrub(item) for item in value)
-    return value
-
-
-def scrub_message(message: Message) -> Message:
-    """The message with private spans removed from its text, thinking, tool calls and kept source fields."""
-    calls = tuple(
-        dataclasses.replace(call, input=scrub(call.input), output=scrub(call.output)) for call in message.tool_calls
-    )
-    return dataclasses.replace(
-        message,
-        text=strip_private(message.text),
-        thinking=strip_private(message.thinking),
-        tool_calls=calls,
-        metadata=scrub(message.metadata),
-    )
-
-
-def scrub_session(session: ParsedSession) -> ParsedSession:
-    """The session with private spans removed everywhere they could be stored."""
-    return dataclasses.replace(
-        session,
-        title=scrub(session.title),
-        metadata=scrub(session.metadata),
-        messages=[scrub_message(m) for m in session.messages],
-    )
 
 
 def path_matches(path: str, pattern: str) -> bool:

@@ -50,6 +50,7 @@ class SourceProblem:
 class Discovery:
     """What a scan of the source roots found: session files, problems, and files the exclusions keep out."""
 
+    roots: list[str] = field(default_factory=list)  # the roots scanned, resolved
     files: list[SourceFile] = field(default_factory=list)
     problems: list[SourceProblem] = field(default_factory=list)
     excluded: list[tuple[str, Exclusion]] = field(default_factory=list)  # (path, why)
@@ -151,11 +152,10 @@ def scan_sources(
 ) -> Discovery:
     """Every session file under the roots, in a stable order, with what could not be read and what is excluded;
     `since` skips files last written before it."""
-    found = Discovery()
+    found = Discovery(roots=[os.path.realpath(r) for r in roots])  # realpath never raises, also for a looping link
     keys: set[str] = set()
     cutoff = since.timestamp() * 1e9 if since else None
-    for root in roots:
-        root = Path(os.path.realpath(root))  # never raises, also for a missing root or a looping link
+    for root in map(Path, found.roots):
         for path, info in _Walk(root, found.problems).files():
             if cutoff is not None and info.st_mtime_ns < cutoff:
                 continue
@@ -178,19 +178,21 @@ def discover(
     return scan_sources(roots, since=since, rules=rules).files
 
 
-def record_source_problems(wh: Warehouse, roots: Sequence[Path], problems: Sequence[SourceProblem]) -> bool:
+def record_source_problems(wh: Warehouse, scan: Discovery) -> None:
     """The scanned roots' problems replace what their previous scan recorded (`status` and `health` read them);
-    True when they differ from it (the snapshot readers see must then be published again)."""
-    scanned = [os.path.realpath(r) for r in roots]
+    when they differ, the snapshot readers open is published again."""
     before = wh.query(
-        "SELECT root, path, kind, detail FROM source_problems WHERE root IN (SELECT unnest(?))", [scanned]
+        "SELECT root, path, kind, detail FROM source_problems WHERE root IN (SELECT unnest(?))", [scan.roots]
     )
+    problems = scan.problems
+    if sorted(tuple(row.values()) for row in before) == sorted((p.root, p.path, p.kind, p.detail) for p in problems):
+        return
     now = datetime.now(UTC)
     with wh.transaction():
         wh.replace(
             "source_problems",
             "root",
-            scanned,
+            scan.roots,
             [{"root": p.root, "path": p.path, "kind": p.kind, "detail": p.detail, "recorded_at": now} for p in problems],
         )
-    return sorted(tuple(row.values()) for row in before) != sorted((p.root, p.path, p.kind, p.detail) for p in problems)
+        wh.bump_generation()

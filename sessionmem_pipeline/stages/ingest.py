@@ -12,12 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import dataclasses
+import hashlib
+
 from sessionmem_pipeline.core import changes
 from sessionmem_pipeline.core.formats import inspect_file
 from sessionmem_pipeline.core.models import KIND_MESSAGE, Message, ParsedSession, ParseResult
-from sessionmem_pipeline.core.privacy import PrivacyRules
+from sessionmem_pipeline.core.sanitize import sanitize_session
 from sessionmem_pipeline.stages.discover import SourceFile, file_stat
-from sessionmem_pipeline.stages.privacy import apply_privacy, exclusion_rows, forget
+from sessionmem_pipeline.stages.privacy import apply_privacy, exclusion_rows, privacy_rules
+from sessionmem_pipeline.stages.registry import INGEST, StageContext
 from sessionmem_pipeline.warehouse import Warehouse, message_row, to_json
 
 
@@ -35,6 +39,7 @@ class IngestOutcome:
     warnings: list[str] = field(default_factory=list)
     quarantine_reason: str | None = None
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (session id, why) kept out by privacy rules
+    excluded_removed: int = 0  # of those, sessions stored before (an exclusion added since)
 
 
 def _read_prefix(path: str):
@@ -45,24 +50,33 @@ def _read_prefix(path: str):
     return read
 
 
-def ingest_file(
-    wh: Warehouse,
-    source: SourceFile,
-    *,
-    max_bad_share: float = 0.5,
-    full: bool = False,
-    privacy: PrivacyRules = PrivacyRules(),
-) -> IngestOutcome:
-    """Decide what the file needs and do it, in one transaction. Sessions the privacy rules exclude are not
-    written (and forgotten if they were stored before); private spans are removed from the rest."""
+def session_fingerprint(session: ParsedSession) -> str:
+    """What downstream stages are built from: the session's stored (redacted) messages and attributes."""
+    digest = hashlib.sha256()
+    attributes = {k: v for k, v in vars(session).items() if k not in ("messages", "source_path")}
+    digest.update(to_json(attributes).encode())
+    for message in session.messages:
+        digest.update(to_json(message_row(message)).encode())
+    return digest.hexdigest()
+
+
+def ingest_file(ctx: StageContext, source: SourceFile, *, full: bool = False) -> IngestOutcome:
+    """Decide what the file needs and do it, in one transaction with the ingest stage's state of its sessions.
+
+    A file stored under another ingest key (a new parser, redaction version or privacy setting) is read again
+    whole. Sessions the privacy rules exclude are not written (and forgotten if they were stored before); the rest
+    lose their private spans and secrets before anything is stored."""
+    wh: Warehouse = ctx.wh
+    key = ctx.keys[INGEST.name]
     previous, row = wh.source_state(source.path)
     current = file_stat(source.path)
     decision = changes.decide(current, previous, _read_prefix(source.path))
-    if full and decision == changes.UNCHANGED and previous is not None:
+    stored_under_other_key = previous is not None and row["stage_key"] != key
+    if decision in (changes.UNCHANGED, changes.GROWN) and previous is not None and (full or stored_under_other_key):
         decision = changes.REWRITTEN
     outcome = IngestOutcome(source.path, source.partition_key, decision)
     if decision == changes.DELETED:
-        remove_file(wh, source.path)
+        mark_missing(wh, source.path)
         return outcome
     if decision == changes.UNCHANGED:
         outcome.session_ids = list(row["session_ids"] or []) if row else []
@@ -86,6 +100,7 @@ def ingest_file(
     if not full and wh.quarantined_sha256(source.path) == sha256:
         outcome.decision = changes.UNCHANGED  # still the same broken file: nothing new to say
         return outcome
+    max_bad_share = ctx.settings["validation.max_bad_line_share"]
     report, parsed = inspect_file(source.path, source.root, data, max_bad_share=max_bad_share)
     outcome.warnings = list(report.warnings)
     outcome.format = report.format
@@ -93,12 +108,16 @@ def ingest_file(
         _quarantine(wh, source, report.quarantine_reason or "invalid", report.errors, sha256, len(data))
         outcome.quarantine_reason = report.quarantine_reason
         return outcome
-    parsed, excluded = apply_privacy(parsed, privacy)
-    outcome.excluded = [(sid, str(why)) for sid, why in excluded]
 
+    parsed, excluded = apply_privacy(parsed, privacy_rules(ctx.settings))
+    outcome.excluded = [(sid, str(why)) for sid, why in excluded]
+    forgotten = wh.forgotten_ids()
+    sessions = [sanitize_session(s) for s in parsed.sessions if s.session_id not in forgotten]
+    parsed = dataclasses.replace(parsed, sessions=sessions)
     stored_ids = list(row["session_ids"] or []) if row and previous else []
+    outcome.excluded_removed = len({sid for sid, _ in excluded} & set(stored_ids))
     with wh.transaction():
-        forget(wh, [sid for sid, _ in excluded])
+        wh.forget_sessions([sid for sid, _ in excluded], _now(), remember=False)  # also publishes the exclusions
         wh.replace("excluded_sessions", "path", [source.path], exclusion_rows([(source.path, s, w) for s, w in excluded]))
         plan = _write_plan(wh, parsed, stored_ids, decision)
         if plan.replace_all:
@@ -113,7 +132,8 @@ def ingest_file(
         _write_sessions(wh, parsed.sessions, source)
         session_ids = [s.session_id for s in parsed.sessions]
         wh.refresh_session_aggregates(session_ids)
-        _write_source_state(wh, source, parsed, data, sha256, session_ids)
+        _write_source_state(wh, source, parsed, data, sha256, session_ids, key)
+        ctx.record(INGEST, {session.session_id: session_fingerprint(session) for session in parsed.sessions})
         wh.replace(
             "parse_warnings",
             "path",
@@ -175,6 +195,7 @@ def _write_sessions(wh: Warehouse, sessions: Sequence[ParsedSession], source: So
                 "first_request": existing.get("first_request") or _first_request(session.messages),
                 "metadata": to_json(session.metadata),
                 "indexed_at": _now(),
+                "source_missing": False,
                 "summary_version": existing.get("summary_version"),
                 "summary_overview": existing.get("summary_overview"),
                 "topics": existing.get("topics"),
@@ -184,7 +205,13 @@ def _write_sessions(wh: Warehouse, sessions: Sequence[ParsedSession], source: So
 
 
 def _write_source_state(
-    wh: Warehouse, source: SourceFile, parsed: ParseResult, data: bytes, sha256: str, session_ids: list[str]
+    wh: Warehouse,
+    source: SourceFile,
+    parsed: ParseResult,
+    data: bytes,
+    sha256: str,
+    session_ids: list[str],
+    stage_key: str,
 ) -> None:
     current = file_stat(source.path) or source.stat
     consumed = parsed.consumed_bytes
@@ -210,6 +237,7 @@ def _write_source_state(
                 "warning_count": len(parsed.warnings),
                 "skipped": to_json(parsed.skipped),
                 "last_indexed_at": _now(),
+                "stage_key": stage_key,
             }
         ],
     )
@@ -220,6 +248,7 @@ def _quarantine(
 ) -> None:
     """Record the file as unusable; its earlier rows (if it was valid once) stay searchable."""
     with wh.transaction():
+        wh.bump_generation()
         wh.replace(
             "quarantine",
             "path",
@@ -238,15 +267,10 @@ def _quarantine(
         )
 
 
-def remove_file(wh: Warehouse, path: str) -> list[str]:
-    """A deleted source file: its sessions' rows everywhere, its state and its quarantine record."""
-    _, row = wh.source_state(path)
-    session_ids = list(row["session_ids"] or []) if row else []
+def mark_missing(wh: Warehouse, path: str) -> list[str]:
+    """A source file that is gone: its sessions stay (marked source-missing) until they are forgotten."""
     with wh.transaction():
-        wh.delete_sessions(session_ids)
-        for table in ("source_files", "quarantine", "parse_warnings", "excluded_sessions"):
-            wh.delete_where(table, "path", [path])
-    return session_ids
+        return wh.mark_source_missing(path)
 
 
 def _now() -> datetime:

@@ -1,6 +1,7 @@
-"""Privacy: the user's exclusions applied to parsed files before anything is stored (ingest), and to what is already
-stored when an exclusion is added later (the run loop). Decisions are core/privacy.py's; this module brings the
-facts (settings, opt-out files on disk) and removes rows."""
+"""Privacy: the user's exclusions applied to parsed files before anything is stored, and to what is already stored
+when an exclusion is added later (both in the ingest stage, stages/pipeline.py). Decisions are core/privacy.py's;
+this module brings the facts (settings, opt-out files on disk) and removes rows (`Warehouse.forget_sessions`, the
+one way sessions leave the warehouse). Private spans are removed with the redaction (core/sanitize.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from sessionmem_pipeline.core.privacy import (
     PrivacyRules,
     ignore_file_candidates,
     path_exclusion,
-    scrub_session,
     session_exclusion,
 )
 from sessionmem_pipeline.warehouse import Warehouse
@@ -34,7 +34,7 @@ def find_ignore_file(cwd: str | None) -> str | None:
 
 
 def apply_privacy(parsed: ParseResult, rules: PrivacyRules) -> tuple[ParseResult, list[tuple[str, Exclusion]]]:
-    """The file's sessions that may be stored, private spans removed, and the (session id, why) of those kept out."""
+    """The file's sessions that may be stored, and the (session id, why) of those kept out."""
     kept, excluded = [], []
     for session in parsed.sessions:
         why = session_exclusion(
@@ -48,7 +48,7 @@ def apply_privacy(parsed: ParseResult, rules: PrivacyRules) -> tuple[ParseResult
         if why:
             excluded.append((session.session_id, why))
         else:
-            kept.append(scrub_session(session))
+            kept.append(session)
     return dataclasses.replace(parsed, sessions=kept), excluded
 
 
@@ -59,19 +59,6 @@ def exclusion_rows(excluded: Sequence[tuple[str, str, Exclusion]]) -> list[dict]
         {"path": path, "session_id": sid, "kind": why.kind, "rule": why.rule, "reason": str(why), "excluded_at": now}
         for path, sid, why in excluded
     ]
-
-
-def forget(wh: Warehouse, session_ids: Sequence[str]) -> None:
-    """Every stored row of these sessions, and the cache entries made from their chunks (inside a transaction)."""
-    if not session_ids:
-        return
-    wh.delete_session_caches(session_ids)
-    wh.delete_sessions(session_ids)
-    wh.conn.execute(
-        "UPDATE source_files SET session_ids = list_filter(session_ids, s -> NOT list_contains($ids, s)) "
-        "WHERE list_has_any(session_ids, $ids)",
-        {"ids": list(session_ids)},
-    )
 
 
 def _covered(wh: Warehouse, settings: Settings) -> list[tuple[dict, Exclusion]]:
@@ -90,11 +77,6 @@ def _covered(wh: Warehouse, settings: Settings) -> list[tuple[dict, Exclusion]]:
     return found
 
 
-def excluded_sessions(wh: Warehouse, settings: Settings) -> list[tuple[str, str]]:
-    """Stored sessions that the exclusions now cover (an exclusion added since they were indexed): (id, reason)."""
-    return [(row["session_id"], str(why)) for row, why in _covered(wh, settings)]
-
-
 def remove_excluded_sessions(wh: Warehouse, settings: Settings) -> list[tuple[str, str]]:
     """Forget the stored sessions the exclusions now cover and record why; the (id, reason) of each. Files the
     path globs now cover lose their state too, so that they are read again once no glob covers them."""
@@ -104,7 +86,7 @@ def remove_excluded_sessions(wh: Warehouse, settings: Settings) -> list[tuple[st
     excluded_paths = [row["path"] for row in stored_paths if path_exclusion(row["path"], rules)]
     if found or excluded_paths:
         with wh.transaction():
-            forget(wh, [row["session_id"] for row, _ in found])
+            wh.forget_sessions([row["session_id"] for row, _ in found], datetime.now(UTC), remember=False)
             wh.insert("excluded_sessions", exclusion_rows([(r["source_path"], r["session_id"], why) for r, why in found]))
             for table in ("source_files", "quarantine", "parse_warnings"):
                 wh.delete_where(table, "path", excluded_paths)
