@@ -12,7 +12,7 @@ from openai_server import CHAT, OpenAICompatibleServer, Reply
 from sessionmem_pipeline.core.chunk import chunk_session
 from sessionmem_pipeline.core.collapse import collapse_messages
 from sessionmem_pipeline.core.compact import parse_transcript
-from sessionmem_pipeline.core.models import KIND_EVENT, Message, ToolCall
+from sessionmem_pipeline.core.models import Message, ToolCall
 from sessionmem_pipeline.core.recap import (
     SECTION_UNFINISHED,
     SECTION_WORKING,
@@ -20,7 +20,6 @@ from sessionmem_pipeline.core.recap import (
     Recap,
     RecapChunk,
     build_recap,
-    detect_ending,
     recap_chunks,
     recap_session,
     render_handoff,
@@ -235,37 +234,6 @@ def test_a_tiny_budget_is_refused_with_the_minimum() -> None:
 def test_secrets_never_reach_the_recap() -> None:
     recap = recap_session(billing_session(), budget=800)
     assert SECRET not in recap.text and "[REDACTED:openai-key]" in recap.text
-
-
-# ---- how a session ended ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("last", "abrupt", "words"),
-    [
-        (message(9, "assistant", "", bash("make deploy", None)), True, "never returned"),
-        (message(9, "assistant", "Running the tests.", bash("pytest -q", "3 passed")), True, "no final assistant"),
-        (message(9, "tool", "3 passed"), True, "no final assistant"),
-        (message(9, "user", "Now ship it."), True, "got a reply"),
-        (message(9, "assistant", "All done: the export handles commas and newlines."), False, ""),
-    ],
-    ids=["killed-mid-call", "tool-result-last", "tool-message-last", "request-unanswered", "finished"],
-)
-def test_detect_ending(last: Message, abrupt: bool, words: str) -> None:
-    ending = detect_ending([*billing_session()[:4], last])
-    assert ending.abrupt is abrupt
-    assert words in ending.description
-    assert ending.message_id == ("m9" if abrupt else None)
-
-
-def test_a_conversation_between_people_that_ends_on_a_person_is_not_abrupt() -> None:
-    meeting = [message(0, "user", "Two tutorials?"), message(1, "assistant", "Yes."), message(2, "user", "Bye!")]
-    assert not detect_ending(meeting).abrupt
-
-
-def test_events_after_the_last_message_do_not_hide_an_abrupt_end() -> None:
-    event = Message("billing", 9, "e9", "system", "API error 529", kind=KIND_EVENT)
-    assert detect_ending([*billing_session(), event]).message_id == "m8"
 
 
 # ---- the handoff file ------------------------------------------------------------------------------------------

@@ -35,14 +35,14 @@ from typing import Any
 import numpy as np
 
 from sessionmem_pipeline.core.chunk import DEFAULT_MAX_TOKENS, chunk_session
-from sessionmem_pipeline.core.collapse import collapse_messages, collapse_tool_call
+from sessionmem_pipeline.core.collapse import collapse_messages
+from sessionmem_pipeline.core.ending import SessionEnding, session_ending
 from sessionmem_pipeline.core.flags import has_action, has_decision, shell_command_changes_state
 from sessionmem_pipeline.core.llm_protocol import ChatModel, LLMError
 from sessionmem_pipeline.core.models import (
     CATEGORY_CONSEQUENTIAL,
     CATEGORY_SHELL,
     KIND_COMPACTION,
-    KIND_MESSAGE,
     Chunk,
     CollapsedMessage,
     Message,
@@ -88,15 +88,6 @@ class RecapChunk:
     has_action: bool = False
     timestamp: datetime | None = None  # informative: recency is positional (spec 004), sessions have no clock gaps
     speakers: tuple[str, ...] = ()  # the chunk's speaker labels; they tell message starts from "Note: ..." lines
-
-
-@dataclass(frozen=True)
-class SessionEnding:
-    """How the session ended; an abrupt end (killed mid-tool-call, no final answer) is unfinished work."""
-
-    abrupt: bool
-    description: str = ""
-    message_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -236,32 +227,6 @@ def score_chunks(
         ChunkScore(c.chunk_index, novelty[i], centrality[i], recency[i], 1 + alpha * c.consequential_tool_calls)
         for i, c in enumerate(ordered)
     ]
-
-
-# ---- how the session ended -----------------------------------------------------------------------------------
-
-_CONVERSATION_ROLES = frozenset({"user", "assistant", "tool"})
-
-
-def detect_ending(messages: Sequence[Message]) -> SessionEnding:
-    """Whether the session stopped mid-work: its last message is a tool call that never returned, tool output with
-    no answer after it, or (in a session where the assistant used tools, so a reply was due) a user request with
-    no reply. A human conversation that ends on a person's message is not abrupt."""
-    conversation = [m for m in messages if m.kind == KIND_MESSAGE and m.role in _CONVERSATION_ROLES]
-    if not conversation:
-        return SessionEnding(abrupt=False)
-    last = conversation[-1]
-    pending = [call for call in last.tool_calls if call.output is None]
-    if pending:
-        line = collapse_tool_call(pending[0], last.cwd).line or f"called {pending[0].name}"
-        return SessionEnding(True, f"Session ended during a tool call that never returned: {line}", last.message_id)
-    if last.role == "tool" or (last.role == "assistant" and last.tool_calls):
-        description = "Session ended after a tool call, with no final assistant message."
-        return SessionEnding(True, description, last.message_id)
-    agent_session = any(m.role == "assistant" and m.tool_calls for m in conversation)
-    if last.role == "user" and agent_session:
-        return SessionEnding(True, "Session ended before the last request got a reply.", last.message_id)
-    return SessionEnding(abrupt=False)
 
 
 # ---- from chunks and collapsed messages ------------------------------------------------------------------------
@@ -503,7 +468,7 @@ def build_recap(
 ) -> Recap:
     """The recap of one session from its chunks (see the module doc); `Recap.token_count` never exceeds `budget`.
 
-    `ending` (from `detect_ending` on the raw messages) adds the abrupt-end line; chunk text must already be
+    `ending` (from `session_ending` on the raw messages) adds the abrupt-end line; chunk text must already be
     redacted (chunks are built from redacted text), and is redacted again before it reaches a model.
     """
     if budget < MIN_BUDGET:
@@ -587,7 +552,7 @@ def recap_session(
         earlier_summary_vectors=[*earlier_summary_vectors, *summary_vectors],
         budget=budget,
         alpha=alpha,
-        ending=detect_ending(messages),
+        ending=session_ending(messages),
         llm=llm,
     )
 
