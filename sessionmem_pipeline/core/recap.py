@@ -1,6 +1,20 @@
-"""Session recap (spec 004): what the previous session was doing, its plan and unfinished work, under a token budget.
+"""Session recap (spec 004, issue 17): what the previous session set out to do, where it stood at the end and what is
+open, under a token budget, every line citing the messages it comes from.
 
-Pipeline: the session's chunks (exchanges of collapsed, redacted messages) are scored
+Shape, in this order:
+- Goal: the person's requests in their words, latest first: the latest request, and earlier ones the assistant
+  worked on (called tools for): the latest of those and the first. Slash commands, injected text and messages of
+  fewer than MIN_REQUEST_WORDS words ("ok", "/mcp", "show tools") are not requests; a question in passing is not a
+  goal.
+- Outcome / state at the end: the reply to each goal (its opening sentences), latest first; for the latest turn also
+  the terms its last texts stressed (bold, code spans), the steps before the reply, and the shell commands that
+  changed state (installs, commits, pushes).
+- Decisions: decisions stated in the session's most telling chunks (below).
+- Open items / next steps: how the session ended when it stopped mid-work (`core.ending.session_ending`), what the
+  final reply leaves open or proposes, and what was announced or failed in the last chunk and never done.
+- Files touched: every file a state-changing tool call changed, once, with the kind of change, latest first.
+
+Decisions and open items come from the session's chunks, scored
 
     score = novelty x centrality x recency x action_weight
 
@@ -12,13 +26,10 @@ Pipeline: the session's chunks (exchanges of collapsed, redacted messages) are s
   the end;
 - action weight: 1 + alpha x the chunk's consequential tool calls (edits, writes, remembers, state-changing commands).
 
-The top chunks (those scoring at least MIN_RELATIVE_SCORE of the best) are read in score order, each condensed into
-cited lines (its opening request, its decisions, what was left open in the session's last chunk, its outcome, the
-changes it made), and lines are taken while the whole recap stays within the budget (cl100k tokens of
-`Recap.text`). The recap leads with "Working on", "Decisions / plan" and "Unfinished"; "Done so far" comes last.
-A session that ended abruptly (killed mid-tool-call, no final answer) says so first under "Unfinished". With a
-chat model the lines may be rewritten, from the selected chunks only: every rewritten line must cite ids of those
-chunks, else the extractive recap stands.
+Lines are taken in priority order (the latest request, the mid-work end, the latest outcome, the files, earlier goals
+and outcomes, then chunk lines in score order) while the whole recap stays within the budget (cl100k tokens of
+`Recap.text`); text from messages is redacted before it is clipped. With a chat model the lines may be rewritten,
+from the selected chunks only: every rewritten line must cite ids of those chunks, else the extractive recap stands.
 """
 
 from __future__ import annotations
