@@ -9,9 +9,9 @@ from datetime import datetime
 from pathlib import Path
 
 from sessionmem_pipeline.core.changes import FileStat
+from sessionmem_pipeline.core.formats import REGISTRY
 from sessionmem_pipeline.core.formats.source import FileContext
 
-SESSION_SUFFIXES = (".jsonl", ".json")
 MEMORIES_FILE = "memories.jsonl"  # curated memories, not a session (stages/memories.py)
 
 
@@ -29,7 +29,7 @@ def _walk(root: Path) -> Iterator[Path]:
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
-            if name.endswith(SESSION_SUFFIXES) and not name.startswith(".") and name != MEMORIES_FILE:
+            if REGISTRY.wants(Path(folder) / name, excluded_names=(MEMORIES_FILE,)):
                 yield Path(folder) / name
 
 
