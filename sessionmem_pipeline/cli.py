@@ -277,7 +277,21 @@ def cmd_search(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.client import SessionMemory
 
     memory = SessionMemory(settings=_settings(args))
-    _print_results(memory.search(args.query, limit=args.limit, **_filter_kwargs(args)), args.json, args.query)
+    results = memory.search(args.query, limit=args.limit, **_filter_kwargs(args))
+    if not memory.indexed and not args.json:
+        print("nothing indexed yet: run `sessionmem index` (or wait for the first run to finish)", file=sys.stderr)
+    _print_results(results, args.json, args.query)
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.stages.run import forget
+
+    forgotten = forget(_settings(args), session_id=args.session_id, project=args.project)
+    if args.json:
+        _print_json({"forgotten": forgotten})
+    else:
+        print(f"forgot {len(forgotten)} session(s): {', '.join(forgotten[:10])}{' …' if len(forgotten) > 10 else ''}")
     return 0
 
 
@@ -398,7 +412,13 @@ def record_compaction(warehouse: Path, path: Path, result: Any) -> None:
 def cmd_compact(args: argparse.Namespace) -> int:
     from datetime import UTC
 
-    from sessionmem_pipeline.core.compact import SummarizationConfig, compact, parse_transcript, render_stats_box
+    from sessionmem_pipeline.core.compact import (
+        SummarizationConfig,
+        compact,
+        parse_transcript,
+        render_context,
+        render_stats_box,
+    )
     from sessionmem_pipeline.providers import chat_model_from_settings
 
     path = Path(args.file)
@@ -412,8 +432,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
         _print_json(result.as_json())
         return 0
     print(render_stats_box(result))
-    for message in result.context():
-        print(f"\n[{message.role}] {message.text}")
+    print()
+    print(render_context(result))
     return 0
 
 
@@ -562,6 +582,11 @@ def build_parser() -> argparse.ArgumentParser:
     command("mcp", cmd_mcp, "serve the agent tools over MCP (stdio)", json_flag=False)
     threads = command("threads", cmd_threads, "threads of related sessions")
     threads.add_argument("--project")
+    forget = command(
+        "forget", cmd_forget, "remove a session, or every session of a project, from memory (sources untouched)"
+    )
+    forget.add_argument("session_id", nargs="?", help="the session to forget")
+    forget.add_argument("--project", help="forget every session of this project")
     sessions = command("sessions", cmd_sessions, "list sessions")
     sessions.add_argument("--project")
     sessions.add_argument("--summaries", action="store_true", help="with each session's summary versions")

@@ -20,7 +20,14 @@ import duckdb
 
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.context import zone
-from sessionmem_pipeline.warehouse import CHUNK_DOCUMENTS, Snapshot, open_reader, search_log_path, snapshot_path
+from sessionmem_pipeline.warehouse import (
+    CHUNK_DOCUMENTS,
+    Snapshot,
+    empty_reader,
+    open_reader,
+    search_log_path,
+    snapshot_path,
+)
 
 CANDIDATES = 150  # per retriever, before fusion
 SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
@@ -206,14 +213,20 @@ class SessionMemory:
         return info.st_ino, info.st_mtime_ns
 
     def connection(self) -> duckdb.DuckDBPyConnection:
-        """The reader connection, reopened when a newer snapshot has been published."""
+        """The reader connection, reopened when a newer snapshot has been published; before the first one, an
+        empty warehouse, so every call answers empty while the first index runs."""
         identity = self._snapshot_identity()
         if self._conn is None or identity != self._opened:
             if self._conn is not None:
                 self._conn.close()
-            self._conn = open_reader(self.warehouse)
+            self._conn = open_reader(self.warehouse) if identity is not None else empty_reader()
             self._opened = identity
         return self._conn
+
+    @property
+    def indexed(self) -> bool:
+        """False until the first snapshot is published ("nothing indexed yet")."""
+        return self._snapshot_identity() is not None
 
     def close(self) -> None:
         if self._conn is not None:

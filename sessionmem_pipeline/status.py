@@ -1,5 +1,5 @@
 """What `sessionmem status`, `health` and `sessions` report, read from the published snapshot (never the live
-file while a snapshot exists) and the search log."""
+file, which a run may be writing), the run marker and the search log."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ from sessionmem_pipeline.warehouse import (
     Warehouse,
     WarehouseError,
     clear_storage_error,
+    read_run_marker,
     read_storage_error,
+    snapshot_generation,
+    writer_is_running,
     writer_lock,
     open_reader,
     search_log_path,
@@ -76,11 +79,22 @@ def _megabytes(*paths: Path) -> float:
     return round(sum(p.stat().st_size for p in paths if p.exists()) / 1e6, 2)
 
 
+def stale_stages(settings: Settings, conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Per session stage, how many sessions in the snapshot this sessionmem and configuration would build again
+    (stage versions or configuration changed since they were built)."""
+    from sessionmem_pipeline.stages.registry import Providers, StageContext
+
+    context = StageContext(Snapshot(conn), settings, Providers(settings), "status")
+    return context.stale_report()
+
+
 def read_status(settings: Settings) -> dict[str, Any]:
     warehouse = settings.warehouse
     conn = open_reader(warehouse)
     try:
-        read_from = snapshot_path(warehouse) if snapshot_path(warehouse).exists() else warehouse
+        read_from = snapshot_path(warehouse)
+        stale = stale_stages(settings, conn)
+        source_missing = conn.execute("SELECT count(*) FROM sessions WHERE source_missing").fetchone()[0]
         counts = {
             "sessions": _count(conn, "sessions"),
             "messages": _count(conn, "messages"),
@@ -126,6 +140,9 @@ def read_status(settings: Settings) -> dict[str, Any]:
         },
         "formats": [{**row, "supported": row["format"] not in UNSUPPORTED_FORMATS} for row in formats],
         "quarantine": quarantine,
+        "sessions_source_missing": source_missing,
+        "stale_stages": stale,
+        "last_writer": read_run_marker(warehouse),
         "searches": search_metrics(warehouse),
     }
 
@@ -141,11 +158,24 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
             return "ERROR", [f"STORAGE_ERROR at {paused['time']} in {paused['where']}: {paused['error']}; "
                              f"indexing is paused ({reason})"]
         problems.append(f"recovered from the storage error of {paused['time']}: indexing resumes")
+    if snapshot_generation(settings.warehouse) is None:
+        if snapshot_path(settings.warehouse).exists():
+            return "ERROR", [f"{snapshot_path(settings.warehouse)}: the published snapshot cannot be read; "
+                             "run `sessionmem index` to publish it again"] + problems
+        return "ERROR", [f"{settings.warehouse}: nothing indexed yet; run `sessionmem index`"] + problems
+    marker = read_run_marker(settings.warehouse)
+    if marker and marker["status"] == "running" and not writer_is_running(settings.warehouse):
+        problems.append(f"the last run ({marker['run_id']}, {marker['time']}) was interrupted before it finished: "
+                        "run `sessionmem index` to complete it")
     try:
         conn = open_reader(settings.warehouse)
     except WarehouseError as exc:
         return "ERROR", [str(exc)]
     try:
+        stale = {stage: n for stage, n in stale_stages(settings, conn).items() if n}
+        if stale:
+            listed = ", ".join(f"{n} for {stage}" for stage, n in stale.items())
+            problems.append(f"sessions not yet built by this sessionmem and configuration ({listed}): run `sessionmem index`")
         version = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             errors.append(f"schema version {version}, this sessionmem expects {SCHEMA_VERSION}: run `sessionmem index`")
@@ -177,8 +207,6 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
     missing = [str(s) for s in settings.sources if not s.is_dir()]
     if missing:
         problems.append(f"source roots not found: {', '.join(missing)}")
-    if not snapshot_path(settings.warehouse).exists():
-        problems.append("no published snapshot yet: readers fall back to the live file")
     if errors:
         return "ERROR", errors + problems
     return ("DEGRADED" if problems else "OK"), problems

@@ -31,7 +31,7 @@ from sessionmem_pipeline.core.changes import IndexedState
 from sessionmem_pipeline.core.models import Chunk, CollapsedMessage, Message, ToolCall, ToolRecord
 
 DATABASE = "wh"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FTS_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -146,6 +146,14 @@ MIGRATIONS: dict[int, list[str]] = {
         """CREATE TABLE session_threads (
             thread_id VARCHAR, session_id VARCHAR, position INTEGER, title VARCHAR, topics VARCHAR[],
             updated_at TIMESTAMPTZ)""",
+    ],
+    4: [
+        """CREATE TABLE stage_state (
+            stage VARCHAR, session_id VARCHAR, input_fp VARCHAR, stage_key VARCHAR, run_id VARCHAR,
+            built_at TIMESTAMPTZ)""",
+        "ALTER TABLE source_files ADD COLUMN stage_key VARCHAR",
+        "ALTER TABLE sessions ADD COLUMN source_missing BOOLEAN DEFAULT false",
+        "CREATE TABLE forgotten (session_id VARCHAR, project VARCHAR, forgotten_at TIMESTAMPTZ)",
     ],
 }
 
@@ -291,6 +299,7 @@ def _sql_string(text: str) -> str:
 # ---- rows of the canonical records ---------------------------------------------------------------------------
 
 SESSION_TABLES = (
+    "stage_state",
     "messages",
     "collapsed_messages",
     "chunks",
@@ -513,6 +522,60 @@ class _Queries:
             [list(session_ids)],
         ).fetchone()[0]
 
+    # -- durable stage state (stages/registry.py) --
+
+    def stale_sessions(
+        self, stage: str, stage_key: str, upstream: str, upstream_key: str, scope: Sequence[str] | None = None
+    ) -> dict[str, str]:
+        """Sessions whose `stage` output is missing or out of date, each with the input fingerprint it must be
+        built from: the upstream stage's output (its input fingerprint under its own, current key). Sessions whose
+        upstream is itself out of date are not listed: they wait for it."""
+        scoped = "AND u.session_id IN (SELECT unnest(?))" if scope is not None else ""
+        params: list[Any] = [stage, upstream, upstream_key, stage_key] + ([list(scope)] if scope is not None else [])
+        rows = self.conn.execute(
+            f"""
+            SELECT u.session_id, md5(u.input_fp || u.stage_key) AS expected
+            FROM stage_state u LEFT JOIN stage_state d ON d.stage = ? AND d.session_id = u.session_id
+            WHERE u.stage = ? AND u.stage_key = ?
+              AND (d.session_id IS NULL OR d.stage_key <> ? OR d.input_fp <> md5(u.input_fp || u.stage_key))
+              {scoped}
+            ORDER BY u.session_id
+            """,
+            params,
+        ).fetchall()
+        return dict(rows)
+
+    def stage_fingerprint(self, stages: Sequence[str]) -> str:
+        """One fingerprint of every session's state in these stages: a global stage's input."""
+        return self.scalar(
+            """SELECT md5(coalesce(string_agg(stage || ':' || session_id || '=' || input_fp || '/' || stage_key, ','
+                                              ORDER BY stage, session_id), ''))
+               FROM stage_state WHERE stage IN (SELECT unnest(?))""",
+            [list(stages)],
+        )
+
+    def stage_row(self, stage: str, session_id: str) -> dict[str, Any] | None:
+        rows = self.query("SELECT * FROM stage_state WHERE stage = ? AND session_id = ?", [stage, session_id])
+        return rows[0] if rows else None
+
+    def stale_counts(self, keys: Mapping[str, tuple[str, str | None, str | None]]) -> dict[str, int]:
+        """Per session stage, how many sessions it still has to build: `keys` maps a stage to its own key and its
+        upstream stage and key (ingest, with no upstream, counts sessions stored under another key)."""
+        counts = {}
+        for stage, (key, upstream, upstream_key) in keys.items():
+            if upstream is None:
+                counts[stage] = self.scalar(
+                    "SELECT count(*) FROM stage_state WHERE stage = ? AND stage_key <> ?", [stage, key]
+                )
+            else:
+                counts[stage] = len(self.stale_sessions(stage, key, upstream, upstream_key))
+        return counts
+
+    def generation(self) -> int:
+        """Bumped by every transaction that changes what readers see; the snapshot carries the value it was
+        published at, so a stale or missing snapshot is a fact to compare, not a guess."""
+        return int(self.scalar("SELECT value FROM meta WHERE key = 'generation'") or 0)
+
     def cached_topics(self, model: str, content_hashes: Sequence[str]) -> dict[str, list[str]]:
         rows = self.conn.execute(
             "SELECT content_hash, topics FROM topic_cache WHERE model = ? AND content_hash IN (SELECT unnest(?))",
@@ -611,18 +674,66 @@ class Warehouse(_Queries):
             self.set_meta("embedding_dimensions", str(dimensions))
         return True
 
+    # -- durable stage state --
+
+    def bump_generation(self) -> None:
+        """Call inside the transaction that changed data readers see (published by the next publish stage)."""
+        self.set_meta("generation", str(self.generation() + 1))
+
+    def record_stage(
+        self, stage: str, fingerprints: Mapping[str, str], stage_key: str, run_id: str, now: datetime
+    ) -> None:
+        """These sessions' `stage` output is built from these input fingerprints (call inside the transaction
+        that wrote the output, so output and state commit together)."""
+        if not fingerprints:
+            return
+        self.delete_where_stage(stage, list(fingerprints))
+        self.insert(
+            "stage_state",
+            [
+                {"stage": stage, "session_id": s, "input_fp": fp, "stage_key": stage_key, "run_id": run_id,
+                 "built_at": now}
+                for s, fp in fingerprints.items()
+            ],
+        )
+        self.bump_generation()
+
+    def delete_where_stage(self, stage: str, session_ids: Sequence[str]) -> None:
+        self.conn.execute(
+            "DELETE FROM stage_state WHERE stage = ? AND session_id IN (SELECT unnest(?))", [stage, list(session_ids)]
+        )
+
+    def mark_source_missing(self, path: str) -> list[str]:
+        """A source file that disappeared: its sessions stay, marked, until `forget` or an exclusion removes
+        them (Claude Code deletes month-old transcripts; the memory of them must outlive that)."""
+        _, row = self.source_state(path)
+        session_ids = list(row["session_ids"] or []) if row else []
+        self.conn.execute(
+            "UPDATE sessions SET source_missing = true WHERE session_id IN (SELECT unnest(?))", [session_ids]
+        )
+        self.conn.execute("UPDATE source_files SET status = 'missing' WHERE path = ?", [path])
+        self.delete_where("quarantine", "path", [path])
+        self.bump_generation()
+        return session_ids
+
+    def forget_sessions(self, session_ids: Sequence[str], now: datetime) -> None:
+        """Remove sessions everywhere and remember that they were forgotten, so their files (if still there)
+        are not indexed again (call inside a transaction)."""
+        rows = self.query(
+            "SELECT session_id, project FROM sessions WHERE session_id IN (SELECT unnest(?))", [list(session_ids)]
+        )
+        self.delete_sessions(session_ids)
+        self.delete_where("session_threads", "session_id", session_ids)
+        self.delete_where("forgotten", "session_id", session_ids)
+        self.insert("forgotten", [{**r, "forgotten_at": now} for r in rows])
+        self.bump_generation()
+
+    def forgotten_ids(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT session_id FROM forgotten").fetchall()}
+
     def refresh_fts(self) -> None:
         """Rebuild the BM25 indexes (DuckDB's FTS index is a snapshot of its table, not maintained on write)."""
-        for table, (key, *columns) in FTS_TABLES.items():
-            if table in FTS_SOURCES:
-                self.conn.execute(f"CREATE OR REPLACE TABLE {table} AS {FTS_SOURCES[table]}")
-            fields = ", ".join(f"'{column}'" for column in columns)
-            self.conn.execute(
-                f"PRAGMA create_fts_index('{table}', '{key}', {fields}, ignore = '{FTS_IGNORE}', overwrite = 1)"
-            )
-            if table in FTS_SOURCES:
-                self.conn.execute(f"DROP TABLE {table}")
-        self.conn.execute("DROP SCHEMA IF EXISTS fts_main_chunks CASCADE")  # built before chunk_documents
+        build_fts(self.conn)
 
     def compact_vector_index(self) -> None:
         """Drop deleted entries from the HNSW graph so it stays small and accurate."""
@@ -631,6 +742,18 @@ class Warehouse(_Queries):
 
     def checkpoint(self) -> None:
         self.conn.execute(f"CHECKPOINT {DATABASE}")
+
+
+def build_fts(conn: duckdb.DuckDBPyConnection) -> None:
+    """The BM25 indexes over the current rows."""
+    for table, (key, *columns) in FTS_TABLES.items():
+        if table in FTS_SOURCES:
+            conn.execute(f"CREATE OR REPLACE TABLE {table} AS {FTS_SOURCES[table]}")
+        fields = ", ".join(f"'{column}'" for column in columns)
+        conn.execute(f"PRAGMA create_fts_index('{table}', '{key}', {fields}, ignore = '{FTS_IGNORE}', overwrite = 1)")
+        if table in FTS_SOURCES:
+            conn.execute(f"DROP TABLE {table}")
+    conn.execute("DROP SCHEMA IF EXISTS fts_main_chunks CASCADE")  # built before chunk_documents
 
 
 def _json_default(value: Any) -> Any:
@@ -672,6 +795,72 @@ def publish_snapshot(warehouse: Path) -> Path:
     return target
 
 
+def snapshot_generation(warehouse: Path) -> int | None:
+    """The generation the published snapshot was copied at; None when it is missing or cannot be read whole
+    (a truncated or damaged snapshot is republished by the next run)."""
+    target = snapshot_path(warehouse)
+    if not target.is_file():
+        return None
+    try:
+        conn = connect(target, read_only=True)
+    except WarehouseError:
+        return None
+    try:
+        value = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        for table in ("sessions", "chunks", "stage_state"):
+            conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    except duckdb.Error:
+        return None
+    finally:
+        conn.close()
+    return int(value[0]) if value else 0
+
+
+def publish_if_stale(warehouse: Path, generation: int) -> Path | None:
+    """Publish when the snapshot is missing, unreadable or older than the live file's `generation` (call with
+    the writer lock held and the live file checkpointed and closed)."""
+    if snapshot_generation(warehouse) == generation:
+        return None
+    return publish_snapshot(warehouse)
+
+
+# ---- run marker ----------------------------------------------------------------------------------------------
+
+
+def run_marker_path(warehouse: Path) -> Path:
+    """`<stem>.run.json`: the last writer's run id and whether it finished, readable without the live file."""
+    return warehouse.with_name(f"{warehouse.stem}.run.json")
+
+
+def write_run_marker(warehouse: Path, run_id: str, status: str) -> None:
+    marker = {"run_id": run_id, "status": status, "pid": os.getpid(), "time": datetime.now(UTC).isoformat()}
+    path = run_marker_path(warehouse)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(json.dumps(marker), encoding="utf-8")
+    os.replace(temp, path)
+
+
+def read_run_marker(warehouse: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(run_marker_path(warehouse).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def writer_is_running(warehouse: Path) -> bool:
+    """True while some process holds the writer lock (a run is under way)."""
+    path = _lock_path(warehouse)
+    if not path.exists():
+        return False
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    return False
+
+
 class Snapshot(_Queries):
     """A reader's handle: the named queries over a read-only connection."""
 
@@ -679,14 +868,26 @@ class Snapshot(_Queries):
         self.conn = conn
 
 
+class NothingIndexedYet(WarehouseError):
+    """No snapshot has been published yet: readers answer empty ("nothing indexed yet") instead of failing."""
+
+
+def empty_reader() -> duckdb.DuckDBPyConnection:
+    """An empty warehouse in memory, for readers before the first snapshot: every query answers empty."""
+    conn = _extension_connection()
+    conn.execute(f"ATTACH ':memory:' AS {DATABASE}")
+    conn.execute(f"USE {DATABASE}")
+    migrate(conn)
+    conn.execute("CREATE TABLE chunk_embeddings (chunk_id VARCHAR, session_id VARCHAR, text_hash VARCHAR, embedding FLOAT[])")
+    build_fts(conn)
+    return conn
+
+
 def open_reader(warehouse: Path) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to the snapshot beside `warehouse` (or to the live file when none was published)."""
+    """A read-only connection to the published snapshot beside `warehouse` (readers never open the live file,
+    which a run may be writing)."""
     warehouse = Path(warehouse)
-    snapshot = snapshot_path(warehouse)
-    if warehouse.name.endswith(".search.duckdb"):
-        snapshot = warehouse
-    if snapshot.exists():
-        return connect(snapshot, read_only=True)
-    if warehouse.exists():
-        return connect(warehouse, read_only=True)
-    raise WarehouseError(f"{warehouse}: no warehouse yet; run `sessionmem index` first")
+    snapshot = warehouse if warehouse.name.endswith(".search.duckdb") else snapshot_path(warehouse)
+    if not snapshot.exists():
+        raise NothingIndexedYet(f"{warehouse}: nothing indexed yet; run `sessionmem index` (or wait for it to finish)")
+    return connect(snapshot, read_only=True)

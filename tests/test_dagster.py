@@ -115,6 +115,7 @@ def test_sensor_batches_new_files_into_one_backfill_then_sees_changes_and_deleti
         added.partition_keys
     )
     assert dg.AssetKey("search_index") in subset.non_partitioned_asset_keys
+    instance.add_dynamic_partitions(session_partitions.name, list(added.partition_keys))  # as the daemon does
 
     quiet = _tick(instance, project["resources"], first.cursor)
     assert quiet.run_requests == [] and quiet.dynamic_partitions_requests == []
@@ -129,10 +130,34 @@ def test_sensor_batches_new_files_into_one_backfill_then_sees_changes_and_deleti
         "generic/planning/2026-03-02"
     ]
 
-    generic.unlink()
+    generic.unlink()  # its sessions stay (source-missing): the partition is asked for once and kept
     gone = _tick(instance, project["resources"], grown.cursor)
-    assert gone.dynamic_partitions_requests[0].partition_keys == ["generic/planning/2026-03-02"]
-    assert [r.asset_selection for r in gone.run_requests] == [[dg.AssetKey("search_index")]]
+    assert gone.dynamic_partitions_requests == []
+    gone_subset = gone.run_requests[0].asset_graph_subset
+    assert list(gone_subset.get_partitions_subset(dg.AssetKey("raw_messages")).get_partition_keys()) == [
+        "generic/planning/2026-03-02"
+    ]
+    assert _tick(instance, project["resources"], gone.cursor).run_requests == []
+
+
+def test_first_start_on_a_warehouse_the_cli_built_repeats_no_work_and_shows_it(project: dict) -> None:
+    from sessionmem_pipeline.defs.sensors import warehouse_state_sensor
+
+    index_sources(project["resources"]["sessionmem"].settings())
+    instance = dg.DagsterInstance.ephemeral()
+    first = _tick(instance, project["resources"], None)
+    assert first.run_requests == []  # every file is indexed as it is
+    assert len(first.dynamic_partitions_requests[0].partition_keys) == 2
+    instance.add_dynamic_partitions(session_partitions.name, list(first.dynamic_partitions_requests[0].partition_keys))
+    context = dg.build_sensor_context(instance=instance, resources=project["resources"], definitions=defs)
+    reported = warehouse_state_sensor(context)
+    materialized = {(e.asset_key.to_user_string(), e.partition) for e in reported.asset_events}
+    assert ("chunks", "generic/planning/2026-03-02") in materialized
+    assert ("raw_messages", "claude/-home-dev-webshop/3f6c2b9e-71d4-4a8e-b5c0-9e2d7a41f863") in materialized
+    assert ("search_index", None) in materialized
+    again = dg.build_sensor_context(instance=instance, resources=project["resources"], definitions=defs,
+                                    cursor=reported.cursor)
+    assert not warehouse_state_sensor(again).asset_events  # reported once
 
 
 def _append_generic(path: Path, count: int, start: datetime) -> None:

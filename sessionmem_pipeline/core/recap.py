@@ -24,9 +24,7 @@ chunks, else the extractive recap stands.
 from __future__ import annotations
 
 import json
-import math
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,6 +47,7 @@ from sessionmem_pipeline.core.models import (
     ToolRecord,
 )
 from sessionmem_pipeline.core.redact import redact
+from sessionmem_pipeline.core.textrank import textrank, tfidf_rows
 from sessionmem_pipeline.core.tokens import count_tokens, truncate_to_tokens
 
 DEFAULT_BUDGET = 800
@@ -170,45 +169,15 @@ def _novelty(chunks: Sequence[RecapChunk], references: Sequence[Sequence[float]]
 _TERM = re.compile(r"[a-z][a-z0-9_]{2,}")
 
 
-def _tfidf_rows(texts: Sequence[str]) -> np.ndarray:
-    """TF-IDF rows scaled to unit length, keeping only the columns that can link two chunks.
-
-    A term in every chunk weighs nothing (speaker labels, filler) and a term in one chunk links nothing, so
-    neither gets a column; they still count in each row's length. This keeps the matrix small for long sessions.
-    """
-    counts = [Counter(_TERM.findall(text.lower())) for text in texts]
-    document_frequency = Counter(term for count in counts for term in count)
-    shared = sorted(term for term, df in document_frequency.items() if 1 < df < len(texts))
-    columns = {term: i for i, term in enumerate(shared)}
-    matrix = np.zeros((len(texts), len(columns)), dtype=np.float32)
-    for row, count in enumerate(counts):
-        weights = {
-            term: (1 + math.log(n)) * math.log(len(texts) / document_frequency[term]) for term, n in count.items()
-        }
-        norm = math.sqrt(sum(w * w for w in weights.values()))
-        for term in count.keys() & columns.keys():
-            matrix[row, columns[term]] = weights[term] / norm
-    return matrix
-
-
 def _centrality(chunks: Sequence[RecapChunk]) -> list[float]:
-    n = len(chunks)
-    if n <= 1:
-        return [1.0] * n
     vectors = [chunk.vector for chunk in chunks]
-    rows = _unit_rows(vectors) if all(v is not None for v in vectors) else _tfidf_rows([c.content for c in chunks])
-    similarity = np.clip(rows @ rows.T, 0.0, None)
-    np.fill_diagonal(similarity, 0.0)
-    out_weight = similarity.sum(axis=1, keepdims=True)
-    # A chunk linked to nothing hands its rank to every chunk alike (the usual PageRank treatment of dangling nodes).
-    transition = np.where(out_weight > 0, similarity / np.where(out_weight > 0, out_weight, 1.0), 1.0 / n)
-    rank = np.full(n, 1.0 / n)
-    for _ in range(200):
-        updated = (1 - DAMPING) / n + DAMPING * (transition.T @ rank)
-        if np.abs(updated - rank).sum() < 1e-10:
-            rank = updated
-            break
-        rank = updated
+    if len(chunks) <= 1:
+        return [1.0] * len(chunks)
+    if all(v is not None for v in vectors):
+        rows = _unit_rows(vectors)
+    else:
+        rows = tfidf_rows([_TERM.findall(c.content.lower()) for c in chunks])
+    rank = textrank(rows, DAMPING)
     return [float(r) for r in rank / rank.max()]
 
 

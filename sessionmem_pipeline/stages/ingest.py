@@ -12,10 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import dataclasses
+import hashlib
+
 from sessionmem_pipeline.core import changes
 from sessionmem_pipeline.core.formats import inspect_file
 from sessionmem_pipeline.core.models import KIND_MESSAGE, Message, ParsedSession, ParseResult
+from sessionmem_pipeline.core.sanitize import redact_session
 from sessionmem_pipeline.stages.discover import SourceFile, file_stat
+from sessionmem_pipeline.stages.registry import INGEST, StageContext
 from sessionmem_pipeline.warehouse import Warehouse, message_row, to_json
 
 
@@ -42,18 +47,31 @@ def _read_prefix(path: str):
     return read
 
 
-def ingest_file(
-    wh: Warehouse, source: SourceFile, *, max_bad_share: float = 0.5, full: bool = False
-) -> IngestOutcome:
-    """Decide what the file needs and do it, in one transaction."""
+def session_fingerprint(session: ParsedSession) -> str:
+    """What downstream stages are built from: the session's stored (redacted) messages and attributes."""
+    digest = hashlib.sha256()
+    attributes = {k: v for k, v in vars(session).items() if k not in ("messages", "source_path")}
+    digest.update(to_json(attributes).encode())
+    for message in session.messages:
+        digest.update(to_json(message_row(message)).encode())
+    return digest.hexdigest()
+
+
+def ingest_file(ctx: StageContext, source: SourceFile, *, full: bool = False) -> IngestOutcome:
+    """Decide what the file needs and do it, in one transaction with the ingest stage's state of its sessions.
+
+    A file stored under another ingest key (a new parser or redaction version) is read again whole."""
+    wh: Warehouse = ctx.wh
+    key = ctx.keys[INGEST.name]
     previous, row = wh.source_state(source.path)
     current = file_stat(source.path)
     decision = changes.decide(current, previous, _read_prefix(source.path))
-    if full and decision == changes.UNCHANGED and previous is not None:
+    stored_under_other_key = previous is not None and row["stage_key"] != key
+    if decision in (changes.UNCHANGED, changes.GROWN) and previous is not None and (full or stored_under_other_key):
         decision = changes.REWRITTEN
     outcome = IngestOutcome(source.path, source.partition_key, decision)
     if decision == changes.DELETED:
-        remove_file(wh, source.path)
+        mark_missing(wh, source.path)
         return outcome
     if decision == changes.UNCHANGED:
         outcome.session_ids = list(row["session_ids"] or []) if row else []
@@ -77,6 +95,7 @@ def ingest_file(
     if not full and wh.quarantined_sha256(source.path) == sha256:
         outcome.decision = changes.UNCHANGED  # still the same broken file: nothing new to say
         return outcome
+    max_bad_share = ctx.settings["validation.max_bad_line_share"]
     report, parsed = inspect_file(source.path, source.root, data, max_bad_share=max_bad_share)
     outcome.warnings = list(report.warnings)
     outcome.format = report.format
@@ -85,6 +104,9 @@ def ingest_file(
         outcome.quarantine_reason = report.quarantine_reason
         return outcome
 
+    forgotten = wh.forgotten_ids()
+    sessions = [redact_session(s) for s in parsed.sessions if s.session_id not in forgotten]
+    parsed = dataclasses.replace(parsed, sessions=sessions)
     stored_ids = list(row["session_ids"] or []) if row and previous else []
     with wh.transaction():
         plan = _write_plan(wh, parsed, stored_ids, decision)
@@ -100,7 +122,8 @@ def ingest_file(
         _write_sessions(wh, parsed.sessions, source)
         session_ids = [s.session_id for s in parsed.sessions]
         wh.refresh_session_aggregates(session_ids)
-        _write_source_state(wh, source, parsed, data, sha256, session_ids)
+        _write_source_state(wh, source, parsed, data, sha256, session_ids, key)
+        ctx.record(INGEST, {session.session_id: session_fingerprint(session) for session in parsed.sessions})
         wh.replace(
             "parse_warnings",
             "path",
@@ -162,6 +185,7 @@ def _write_sessions(wh: Warehouse, sessions: Sequence[ParsedSession], source: So
                 "first_request": existing.get("first_request") or _first_request(session.messages),
                 "metadata": to_json(session.metadata),
                 "indexed_at": _now(),
+                "source_missing": False,
                 "summary_version": existing.get("summary_version"),
                 "summary_overview": existing.get("summary_overview"),
                 "topics": existing.get("topics"),
@@ -171,7 +195,13 @@ def _write_sessions(wh: Warehouse, sessions: Sequence[ParsedSession], source: So
 
 
 def _write_source_state(
-    wh: Warehouse, source: SourceFile, parsed: ParseResult, data: bytes, sha256: str, session_ids: list[str]
+    wh: Warehouse,
+    source: SourceFile,
+    parsed: ParseResult,
+    data: bytes,
+    sha256: str,
+    session_ids: list[str],
+    stage_key: str,
 ) -> None:
     current = file_stat(source.path) or source.stat
     consumed = parsed.consumed_bytes
@@ -197,6 +227,7 @@ def _write_source_state(
                 "warning_count": len(parsed.warnings),
                 "skipped": to_json(parsed.skipped),
                 "last_indexed_at": _now(),
+                "stage_key": stage_key,
             }
         ],
     )
@@ -207,6 +238,7 @@ def _quarantine(
 ) -> None:
     """Record the file as unusable; its earlier rows (if it was valid once) stay searchable."""
     with wh.transaction():
+        wh.bump_generation()
         wh.replace(
             "quarantine",
             "path",
@@ -225,15 +257,10 @@ def _quarantine(
         )
 
 
-def remove_file(wh: Warehouse, path: str) -> list[str]:
-    """A deleted source file: its sessions' rows everywhere, its state and its quarantine record."""
-    _, row = wh.source_state(path)
-    session_ids = list(row["session_ids"] or []) if row else []
+def mark_missing(wh: Warehouse, path: str) -> list[str]:
+    """A source file that is gone: its sessions stay (marked source-missing) until they are forgotten."""
     with wh.transaction():
-        wh.delete_sessions(session_ids)
-        for table in ("source_files", "quarantine", "parse_warnings"):
-            wh.delete_where(table, "path", [path])
-    return session_ids
+        return wh.mark_source_missing(path)
 
 
 def _now() -> datetime:

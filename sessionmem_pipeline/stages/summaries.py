@@ -45,10 +45,15 @@ class SummaryOutcome:
     unchanged: int = 0
     llm_fallbacks: list[str] = field(default_factory=list)
     messages_read: int = 0
+    handled: list[str] = field(default_factory=list)  # sessions whose summary is now up to date
 
 
-def pending(conn: duckdb.DuckDBPyConnection) -> list[dict]:
-    cursor = conn.execute(PENDING_SQL)
+def pending(conn: duckdb.DuckDBPyConnection, session_ids: Sequence[str] | None = None) -> list[dict]:
+    """Rows of PENDING_SQL, for these sessions only when given."""
+    if session_ids is None:
+        cursor = conn.execute(PENDING_SQL)
+    else:
+        cursor = conn.execute(f"{PENDING_SQL} WHERE s.session_id IN (SELECT unnest(?))", [list(session_ids)])
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
@@ -94,7 +99,8 @@ def summarize_sessions(
     written: list[tuple[str, int, SessionSummary]] = []
     for session_id in session_ids:
         messages = wh.load_collapsed(session_id)
-        if not messages:  # gone since it was chosen (a rewritten file re-split its sessions)
+        outcome.handled.append(session_id)
+        if not messages:  # nothing to summarize (every message was dropped)
             continue
         latest = latest_summary(wh, session_id)
         version, previous = latest if latest else (0, None)
