@@ -332,3 +332,68 @@ def test_each_format_is_indexed_searchable_and_recapped(tmp_path: Path) -> None:
     for _, _, query, session_id in KNOWN_MESSAGES:
         assert session_id in {hit.session_id for hit in memory.search(query, limit=5)}, query
         assert memory.recap(session_id=session_id).lines, session_id
+
+
+@pytest.mark.slow
+def test_an_export_changed_in_one_conversation_rebuilds_only_it_and_a_newer_export_adds_no_duplicates(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    from sessionmem_pipeline.stages.run import index_sources
+    from sessionmem_pipeline.warehouse import connect
+
+    older = json.loads(CHATGPT.read_bytes())
+    kept, edited = older[0]["id"], older[1]["id"]
+    changed = json.loads(json.dumps(older))
+    changed[1]["mapping"]["a-9"]["message"]["content"]["parts"] = ["2.4 fixes the CSV importer crash."]
+    root = tmp_path / "sources"
+    old_export, new_export = root / "chatgpt-2026-01/conversations.json", root / "chatgpt-2026-03/conversations.json"
+    old_export.parent.mkdir(parents=True)
+    old_export.write_text(json.dumps(older))
+    flags = {"warehouse": str(tmp_path / "w.duckdb"), "sources": [str(root)], "summaries.enabled": False}
+    settings = load_settings(flags=flags, env={}, cwd=tmp_path, home=tmp_path)
+
+    def rows(sql: str) -> list[tuple]:
+        conn = connect(tmp_path / "w.duckdb", read_only=True)
+        try:
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.close()
+
+    def built() -> dict[tuple[str, str], object]:
+        return {(stage, sid): at for stage, sid, at in rows("SELECT stage, session_id, built_at FROM stage_state")}
+
+    index_sources(settings)
+    first = built()
+    old_export.write_text(json.dumps(changed))
+
+    report = index_sources(settings)
+
+    again = built()
+    assert report.decisions == {"rewritten": 1} and report.sessions_changed == 1
+    for stage in ("ingest", "collapse", "chunk", "embed"):
+        assert again[(stage, kept)] == first[(stage, kept)], stage  # the unchanged conversation is left alone
+        assert again[(stage, edited)] != first[(stage, edited)], stage
+    assert report.chunks == rows(f"SELECT count(*) FROM chunks WHERE session_id = '{edited}'")[0][0]
+    assert 0 < report.embedded <= report.chunks
+
+    new_export.parent.mkdir(parents=True)
+    new_export.write_text(json.dumps([changed[0], changed[1], {**older[1], "id": "new-conv", "title": "New"}]))
+    report = index_sources(settings)
+
+    assert report.sessions_changed == 1  # only the new conversation: the shared ones are stored as they are
+    owners = dict(rows("SELECT session_id, source_path FROM sessions"))
+    assert owners == {kept: str(new_export), edited: str(new_export), "new-conv": str(new_export)}
+    assert rows("SELECT count(*) - count(DISTINCT (session_id, message_id)) FROM messages") == [(0,)]
+
+    old_export.write_text(json.dumps(older))  # the older export touched again: the newer one's version stays
+    os.utime(old_export, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    index_sources(settings)
+    texts = [t for (t,) in rows(f"SELECT text FROM messages WHERE session_id = '{edited}'")]
+    assert "2.4 fixes the CSV importer crash." in texts
+
+    old_export.unlink()
+    index_sources(settings)
+    assert rows("SELECT count(*) FROM sessions WHERE source_missing") == [(0,)]
+    assert rows(f"SELECT status FROM source_files WHERE path = '{old_export}'") == [("missing",)]
