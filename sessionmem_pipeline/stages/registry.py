@@ -68,11 +68,11 @@ class Stage:
 INGEST = Stage("ingest", 2, ("validation.max_bad_line_share",), uses_redaction=True)
 COLLAPSE = Stage("collapse", 1, upstream="ingest")
 CHUNK = Stage(
-    "chunk", 1, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
+    "chunk", 2, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
     uses_llm=True,
 )
 EMBED = Stage("embed", 1, upstream="chunk", uses_embedder=True)
-SUMMARIZE = Stage("summarize", 1, upstream="collapse", uses_embedder=True, uses_llm=True)
+SUMMARIZE = Stage("summarize", 2, upstream="collapse", uses_embedder=True, uses_llm=True)
 THREADS = Stage("threads", 1, upstream="summarize", per_session=False)
 MEMORIES = Stage("memories", 1, per_session=False, uses_embedder=True)
 INDEX = Stage("index", 1, per_session=False)
