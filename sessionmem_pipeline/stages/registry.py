@@ -65,7 +65,7 @@ class Stage:
     uses_redaction: bool = False
 
 
-INGEST = Stage("ingest", 2, ("validation.max_bad_line_share",), uses_redaction=True)
+INGEST = Stage("ingest", 3, ("validation.max_bad_line_share",), uses_redaction=True)
 COLLAPSE = Stage("collapse", 1, upstream="ingest")
 CHUNK = Stage(
     "chunk", 2, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
