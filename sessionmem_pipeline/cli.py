@@ -194,6 +194,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     else:
         print("last run: never")
+    for row in status["formats"]:
+        what = f"{row['sessions']} sessions, {row['messages']} messages" if row["supported"] else "skipped: not supported"
+        print(f"format {row['format']}: {row['files']} files, {what}")
     for item in status["quarantine"]:
         print(f"quarantined: {item['path']}: {item['reason']}")
     for problem in status["source_problems"]:

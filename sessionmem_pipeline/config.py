@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sessionmem_pipeline.core.formats import REGISTRY
+
 ENV_PREFIX = "SESSIONMEM_"
 LOCAL_CONFIG_NAME = "sessionmem.toml"
 USER_CONFIG = Path("~/.config/sessionmem/config.toml")
@@ -279,6 +281,7 @@ max_tokens = 500
 
 
 def detect_source_roots(home: Path) -> list[Path]:
-    """Transcript folders of the agents this machine has (Claude Code, Codex CLI)."""
+    """Transcript folders of the agents this machine has: Claude Code, Codex CLI, and every registered format's
+    default Linux and macOS folders (Gemini CLI, Cline/Roo Code, Cursor, ...) that exist."""
     candidates = [home / ".claude" / "projects", home / ".codex" / "sessions"]
-    return [path for path in candidates if path.is_dir()]
+    return [path for path in candidates if path.is_dir()] + REGISTRY.default_locations(home)

@@ -12,6 +12,7 @@ from typing import Any
 import duckdb
 
 from sessionmem_pipeline.config import Settings
+from sessionmem_pipeline.core.formats import REGISTRY
 from sessionmem_pipeline.providers import embedder_from_settings
 from sessionmem_pipeline.stages.discover import discover
 from sessionmem_pipeline.stages.privacy import privacy_rules
@@ -31,6 +32,8 @@ from sessionmem_pipeline.warehouse import (
     snapshot_path,
 )
 
+
+UNSUPPORTED_FORMATS = frozenset(f.name for f in REGISTRY.formats if f.parser is None)  # files recorded as skipped
 
 def _rows(conn: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
     cursor = conn.execute(sql, params or [])
@@ -107,6 +110,12 @@ def read_status(settings: Settings) -> dict[str, Any]:
         per_session = conn.execute(
             "SELECT sum(seconds) / nullif(sum(sessions), 0) FROM runs WHERE sessions > 0"
         ).fetchone()[0]
+        formats = _rows(
+            conn,
+            """SELECT format, count(*) AS files, coalesce(sum(len(session_ids)), 0) AS sessions,
+                      coalesce(sum(message_count), 0) AS messages
+               FROM source_files GROUP BY format ORDER BY format""",
+        )
         quarantine = _rows(conn, "SELECT path, reason, details, sha256, quarantined_at FROM quarantine ORDER BY path")
         problems = _optional_rows(conn, SOURCE_PROBLEMS_SQL)
         excluded = _optional_rows(conn, EXCLUDED_SQL)
@@ -132,6 +141,7 @@ def read_status(settings: Settings) -> dict[str, Any]:
             "warehouse": _megabytes(warehouse),
             "snapshot": _megabytes(snapshot_path(warehouse)),
         },
+        "formats": [{**row, "supported": row["format"] not in UNSUPPORTED_FORMATS} for row in formats],
         "quarantine": quarantine,
         "source_problems": problems,
         "excluded": excluded,

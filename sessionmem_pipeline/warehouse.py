@@ -729,8 +729,9 @@ class Warehouse(_Queries):
     def mark_source_missing(self, path: str) -> list[str]:
         """A source file that disappeared: its sessions stay, marked, until `forget` or an exclusion removes
         them (Claude Code deletes month-old transcripts; the memory of them must outlive that)."""
-        _, row = self.source_state(path)
-        session_ids = list(row["session_ids"] or []) if row else []
+        session_ids = [r[0] for r in self.conn.execute(
+            "SELECT session_id FROM sessions WHERE source_path = ?", [path]
+        ).fetchall()]  # not the sessions a newer file (an overlapping export) has taken over
         self.conn.execute(
             "UPDATE sessions SET source_missing = true WHERE session_id IN (SELECT unnest(?))", [session_ids]
         )
@@ -738,6 +739,33 @@ class Warehouse(_Queries):
         self.delete_where("quarantine", "path", [path])
         self.bump_generation()
         return session_ids
+
+    def session_owners(self, session_ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
+        """Of these sessions, those already stored: the file each was last read from, and that file's mtime
+        (None when the file is gone)."""
+        rows = self.conn.execute(
+            """SELECT s.session_id, s.source_path, CASE WHEN f.status = 'indexed' THEN f.mtime_ns END
+               FROM sessions s LEFT JOIN source_files f ON f.path = s.source_path
+               WHERE s.session_id IN (SELECT unnest(?))""",
+            [list(session_ids)],
+        ).fetchall()
+        return {session_id: (path, mtime_ns) for session_id, path, mtime_ns in rows}
+
+    def release_sessions(self, path: str, session_ids: Sequence[str]) -> None:
+        """Other files than `path` no longer hold these sessions (`path` took them over)."""
+        self.conn.execute(
+            """UPDATE source_files SET session_ids = list_filter(session_ids, s -> NOT list_contains(?, s))
+               WHERE path <> ? AND len(list_intersect(session_ids, ?)) > 0""",
+            [list(session_ids), path, list(session_ids)],
+        )
+
+    def stage_inputs(self, stage: str, session_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """These sessions' recorded state of `stage`: input fingerprint and stage key."""
+        rows = self.conn.execute(
+            "SELECT session_id, input_fp, stage_key FROM stage_state WHERE stage = ? AND session_id IN (SELECT unnest(?))",
+            [stage, list(session_ids)],
+        ).fetchall()
+        return {session_id: (input_fp, key) for session_id, input_fp, key in rows}
 
     def forget_sessions(self, session_ids: Sequence[str], now: datetime, *, remember: bool = True) -> None:
         """Remove sessions everywhere, with the topic and embedding cache entries made from their chunks, so

@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sessionmem_pipeline.core.changes import FileStat
+from sessionmem_pipeline.core.formats import REGISTRY
 from sessionmem_pipeline.core.formats.source import FileContext
 from sessionmem_pipeline.core.privacy import Exclusion, PrivacyRules, path_exclusion
 from sessionmem_pipeline.warehouse import Warehouse
 
-SESSION_SUFFIXES = (".jsonl", ".json")
 MEMORIES_FILE = "memories.jsonl"  # curated memories, not a session (stages/memories.py)
 
 
@@ -56,8 +56,9 @@ class Discovery:
     excluded: list[tuple[str, Exclusion]] = field(default_factory=list)  # (path, why)
 
 
-def _is_session_name(name: str) -> bool:
-    return name.endswith(SESSION_SUFFIXES) and not name.startswith(".") and name != MEMORIES_FILE
+def _is_session_name(path: Path) -> bool:
+    """The agent-format registry decides which names are session files (core/formats/registry.py)."""
+    return REGISTRY.wants(path, excluded_names=(MEMORIES_FILE,))
 
 
 def _file_kind(mode: int) -> str:
@@ -129,7 +130,7 @@ class _Walk:
                     self.problem(path, "duplicate", "folder already read under another path; not read twice")
                 else:
                     yield from self._folder(path, target, ancestors)
-            elif _is_session_name(name):
+            elif _is_session_name(path):
                 if not stat.S_ISREG(target.st_mode):
                     self.problem(path, "not_a_file", f"{_file_kind(target.st_mode)}, not a regular file; not opened")
                 elif target_key in self.seen:
