@@ -100,9 +100,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     roots = sources or list(settings.sources)
     if not roots:
         raise CommandError("no source roots: pass --source DIR or set `sources` in the config (`sessionmem init`)")
-    missing = [str(r) for r in roots if not Path(r).is_dir()]
-    if missing:
-        raise CommandError(f"source folder not found: {', '.join(missing)}")
+    if not any(Path(r).is_dir() for r in roots):  # some missing: a warning of the run (source problems)
+        raise CommandError(f"source folder not found: {', '.join(str(r) for r in roots)}")
     since = _parse_date(args.since, settings) if args.since else None
     if args.validate_only:
         return _print_validation(roots, settings, since, args.json)
@@ -121,6 +120,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         return 0
     for item in report.quarantined:
         print(f"quarantined {item['path']}: {item['reason']}", file=sys.stderr)
+    for problem in report.source_problems:
+        print(f"warning: source problem: {problem['path']}: {problem['detail']}", file=sys.stderr)
+    if report.excluded:
+        print(f"{len(report.excluded)} kept out by privacy rules (sessionmem status)", file=sys.stderr)
     for warning in report.warnings[:20]:
         print(f"warning: {warning}", file=sys.stderr)
     if len(report.warnings) > 20:
@@ -195,8 +198,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     else:
         print("last run: never")
+    for row in status["formats"]:
+        what = f"{row['sessions']} sessions, {row['messages']} messages" if row["supported"] else "skipped: not supported"
+        print(f"format {row['format']}: {row['files']} files, {what}")
     for item in status["quarantine"]:
         print(f"quarantined: {item['path']}: {item['reason']}")
+    for problem in status["source_problems"]:
+        print(f"source problem ({problem['kind']}): {problem['path']}: {problem['detail']}")
+    if status["excluded"]:
+        print(f"kept out by privacy rules: {len(status['excluded'])} sessions (status --json lists them)")
     if status["seconds_per_session"] is not None:
         print(f"average index time per session: {status['seconds_per_session']:.3f}s")
     print(

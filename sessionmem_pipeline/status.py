@@ -12,8 +12,10 @@ from typing import Any
 import duckdb
 
 from sessionmem_pipeline.config import Settings
+from sessionmem_pipeline.core.formats import REGISTRY
 from sessionmem_pipeline.providers import embedder_from_settings
 from sessionmem_pipeline.stages.discover import discover
+from sessionmem_pipeline.stages.privacy import privacy_rules
 from sessionmem_pipeline.warehouse import (
     SCHEMA_VERSION,
     Snapshot,
@@ -30,6 +32,8 @@ from sessionmem_pipeline.warehouse import (
     snapshot_path,
 )
 
+
+UNSUPPORTED_FORMATS = frozenset(f.name for f in REGISTRY.formats if f.parser is None)  # files recorded as skipped
 
 def _rows(conn: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
     cursor = conn.execute(sql, params or [])
@@ -106,7 +110,15 @@ def read_status(settings: Settings) -> dict[str, Any]:
         per_session = conn.execute(
             "SELECT sum(seconds) / nullif(sum(sessions), 0) FROM runs WHERE sessions > 0"
         ).fetchone()[0]
+        formats = _rows(
+            conn,
+            """SELECT format, count(*) AS files, coalesce(sum(len(session_ids)), 0) AS sessions,
+                      coalesce(sum(message_count), 0) AS messages
+               FROM source_files GROUP BY format ORDER BY format""",
+        )
         quarantine = _rows(conn, "SELECT path, reason, details, sha256, quarantined_at FROM quarantine ORDER BY path")
+        problems = _optional_rows(conn, SOURCE_PROBLEMS_SQL)
+        excluded = _optional_rows(conn, EXCLUDED_SQL)
         model = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
         topics = conn.execute(
             """SELECT topic, count(*) AS n FROM (SELECT unnest(topics) AS topic FROM chunks)
@@ -129,12 +141,27 @@ def read_status(settings: Settings) -> dict[str, Any]:
             "warehouse": _megabytes(warehouse),
             "snapshot": _megabytes(snapshot_path(warehouse)),
         },
+        "formats": [{**row, "supported": row["format"] not in UNSUPPORTED_FORMATS} for row in formats],
         "quarantine": quarantine,
+        "source_problems": problems,
+        "excluded": excluded,
         "sessions_source_missing": source_missing,
         "stale_stages": stale,
         "last_writer": read_run_marker(warehouse),
         "searches": search_metrics(warehouse),
     }
+
+
+def _optional_rows(conn: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
+    """Rows of a table a snapshot written by an older sessionmem may not have yet (none then)."""
+    try:
+        return _rows(conn, sql)
+    except duckdb.CatalogException:
+        return []
+
+
+SOURCE_PROBLEMS_SQL = "SELECT root, path, kind, detail, recorded_at FROM source_problems ORDER BY root, path"
+EXCLUDED_SQL = "SELECT path, session_id, reason, excluded_at FROM excluded_sessions ORDER BY path, session_id"
 
 
 def check_health(settings: Settings) -> tuple[str, list[str]]:
@@ -179,6 +206,7 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
         model_row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
         conn_model = model_row[0] if model_row else None
         last_indexed = conn.execute("SELECT max(last_indexed_at) FROM source_files").fetchone()[0]
+        source_problems = [p for p in _optional_rows(conn, SOURCE_PROBLEMS_SQL) if p["kind"] != "missing_root"]
     finally:
         conn.close()
     if chunks and not fts:
@@ -194,9 +222,12 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
     changed = files_changed_since(settings, last_indexed)
     if changed:
         problems.append(f"{changed} session files changed since the last index run (stale index)")
-    missing = [str(s) for s in settings.sources if not s.is_dir()]
+    missing = [str(s) for s in settings.sources if not s.is_dir()]  # now, not as the last scan found them
     if missing:
         problems.append(f"source roots not found: {', '.join(missing)}")
+    problems += [f"source problem ({p['kind']}): {p['path']}: {p['detail']}" for p in source_problems[:20]]
+    if len(source_problems) > 20:
+        problems.append(f"... and {len(source_problems) - 20} more source problems (sessionmem status --json)")
     if errors:
         return "ERROR", errors + problems
     return ("DEGRADED" if problems else "OK"), problems
@@ -219,7 +250,7 @@ def files_changed_since(settings: Settings, moment: datetime | None) -> int:
     if moment is None:
         return 0
     cutoff = moment.timestamp() * 1e9
-    return sum(1 for f in discover(settings.sources) if f.stat.mtime_ns > cutoff)
+    return sum(1 for f in discover(settings.sources, rules=privacy_rules(settings)) if f.stat.mtime_ns > cutoff)
 
 
 def list_sessions(

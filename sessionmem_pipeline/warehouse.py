@@ -32,7 +32,7 @@ from sessionmem_pipeline.core.changes import IndexedState
 from sessionmem_pipeline.core.models import Chunk, CollapsedMessage, Message, ToolCall, ToolRecord
 
 DATABASE = "wh"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 FTS_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -155,6 +155,14 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE source_files ADD COLUMN stage_key VARCHAR",
         "ALTER TABLE sessions ADD COLUMN source_missing BOOLEAN DEFAULT false",
         "CREATE TABLE forgotten (session_id VARCHAR, project VARCHAR, forgotten_at TIMESTAMPTZ)",
+    ],
+    5: [
+        # sessions the user's exclusions keep out (stages/privacy.py): which file, which session, why
+        """CREATE TABLE excluded_sessions (
+            path VARCHAR, session_id VARCHAR, kind VARCHAR, rule VARCHAR, reason VARCHAR, excluded_at TIMESTAMPTZ)""",
+        # what the last scan of each source root could not read (stages/discover.py)
+        """CREATE TABLE source_problems (
+            root VARCHAR, path VARCHAR, kind VARCHAR, detail VARCHAR, recorded_at TIMESTAMPTZ)""",
     ],
 }
 
@@ -526,6 +534,21 @@ class _Queries:
             if table != "chunk_embeddings" or self._table_exists(table):
                 self.delete_where(table, "session_id", session_ids)
 
+    def delete_session_caches(self, session_ids: Sequence[str]) -> None:
+        """Topic and embedding cache entries made from these sessions' chunks (call before deleting the chunks):
+        a forgotten session leaves nothing derived from its words behind."""
+        hashes = [list(session_ids)]
+        self.conn.execute(
+            "DELETE FROM topic_cache WHERE content_hash IN (SELECT content_hash FROM chunks "
+            "WHERE session_id IN (SELECT unnest(?)))",
+            hashes,
+        )
+        self.conn.execute(
+            "DELETE FROM embedding_cache WHERE text_hash IN (SELECT context_hash FROM chunks "
+            "WHERE session_id IN (SELECT unnest(?)))",
+            hashes,
+        )
+
     def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
         """Start, end, counts and speakers of sessions, from their messages."""
         self.conn.execute(
@@ -750,8 +773,9 @@ class Warehouse(_Queries):
     def mark_source_missing(self, path: str) -> list[str]:
         """A source file that disappeared: its sessions stay, marked, until `forget` or an exclusion removes
         them (Claude Code deletes month-old transcripts; the memory of them must outlive that)."""
-        _, row = self.source_state(path)
-        session_ids = list(row["session_ids"] or []) if row else []
+        session_ids = [r[0] for r in self.conn.execute(
+            "SELECT session_id FROM sessions WHERE source_path = ?", [path]
+        ).fetchall()]  # not the sessions a newer file (an overlapping export) has taken over
         self.conn.execute(
             "UPDATE sessions SET source_missing = true WHERE session_id IN (SELECT unnest(?))", [session_ids]
         )
@@ -760,16 +784,51 @@ class Warehouse(_Queries):
         self.bump_generation()
         return session_ids
 
-    def forget_sessions(self, session_ids: Sequence[str], now: datetime) -> None:
-        """Remove sessions everywhere and remember that they were forgotten, so their files (if still there)
-        are not indexed again (call inside a transaction)."""
-        rows = self.query(
-            "SELECT session_id, project FROM sessions WHERE session_id IN (SELECT unnest(?))", [list(session_ids)]
+    def session_owners(self, session_ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
+        """Of these sessions, those already stored: the file each was last read from, and that file's mtime
+        (None when the file is gone)."""
+        rows = self.conn.execute(
+            """SELECT s.session_id, s.source_path, CASE WHEN f.status = 'indexed' THEN f.mtime_ns END
+               FROM sessions s LEFT JOIN source_files f ON f.path = s.source_path
+               WHERE s.session_id IN (SELECT unnest(?))""",
+            [list(session_ids)],
+        ).fetchall()
+        return {session_id: (path, mtime_ns) for session_id, path, mtime_ns in rows}
+
+    def release_sessions(self, path: str, session_ids: Sequence[str]) -> None:
+        """Other files than `path` no longer hold these sessions (`path` took them over)."""
+        self.conn.execute(
+            """UPDATE source_files SET session_ids = list_filter(session_ids, s -> NOT list_contains(?, s))
+               WHERE path <> ? AND len(list_intersect(session_ids, ?)) > 0""",
+            [list(session_ids), path, list(session_ids)],
         )
-        self.delete_sessions(session_ids)
-        self.delete_where("session_threads", "session_id", session_ids)
-        self.delete_where("forgotten", "session_id", session_ids)
-        self.insert("forgotten", [{**r, "forgotten_at": now} for r in rows])
+
+    def stage_inputs(self, stage: str, session_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """These sessions' recorded state of `stage`: input fingerprint and stage key."""
+        rows = self.conn.execute(
+            "SELECT session_id, input_fp, stage_key FROM stage_state WHERE stage = ? AND session_id IN (SELECT unnest(?))",
+            [stage, list(session_ids)],
+        ).fetchall()
+        return {session_id: (input_fp, key) for session_id, input_fp, key in rows}
+
+    def forget_sessions(self, session_ids: Sequence[str], now: datetime, *, remember: bool = True) -> None:
+        """Remove sessions everywhere, with the topic and embedding cache entries made from their chunks, so
+        nothing derived from their words is left (call inside a transaction). `remember`: record them as
+        forgotten, so their files (if still there) are not indexed again; an exclusion does not, since lifting
+        it brings them back."""
+        ids = list(session_ids)
+        rows = self.query("SELECT session_id, project FROM sessions WHERE session_id IN (SELECT unnest(?))", [ids])
+        self.delete_session_caches(ids)
+        self.delete_sessions(ids)
+        self.delete_where("session_threads", "session_id", ids)
+        self.conn.execute(
+            "UPDATE source_files SET session_ids = list_filter(session_ids, s -> NOT list_contains($ids, s)) "
+            "WHERE list_has_any(session_ids, $ids)",
+            {"ids": ids},
+        )
+        if remember:
+            self.delete_where("forgotten", "session_id", ids)
+            self.insert("forgotten", [{**r, "forgotten_at": now} for r in rows])
         self.bump_generation()
 
     def forgotten_ids(self) -> set[str]:

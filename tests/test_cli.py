@@ -50,6 +50,8 @@ def test_status_and_health(warehouse: str, capsys) -> None:
     status = _json(capsys, "status", "--warehouse", warehouse, "--json")
     assert status["counts"]["sessions"] == 5 and status["counts"]["chunks"] > 0
     assert status["top_topics"] and status["last_run"]["status"] == "success"
+    assert sum(f["sessions"] for f in status["formats"]) == 5 and all(f["supported"] for f in status["formats"])
+    assert {"claude_code", "codex", "generic"} <= {f["format"] for f in status["formats"]}
     assert status["searches"]["count"] >= 0
     health = _json(capsys, "health", "--warehouse", warehouse, "--json")
     assert health["status"] in ("OK", "DEGRADED")

@@ -50,8 +50,8 @@ def test_definitions_load_with_sensor_checks_and_partitions() -> None:
     for asset in PARTITIONED:
         assert asset.partitions_def == session_partitions
         assert asset.backfill_policy is not None and asset.backfill_policy.max_partitions_per_run == 200
-    assert {a.op.pool for a in PIPELINE_ASSETS} | {c.op.pool for c in PIPELINE_CHECKS} == {"duckdb_warehouse"}
-    assert len(PIPELINE_CHECKS) == 5
+    assert {a.op.pool for a in PIPELINE_ASSETS} | {c.op.pool for c in PIPELINE_CHECKS[1:]} == {"duckdb_warehouse"}
+    assert len(PIPELINE_CHECKS) == 6
 
 
 def test_materialize_partitions_then_index_and_rematerialize_idempotently(project: dict) -> None:
@@ -60,7 +60,7 @@ def test_materialize_partitions_then_index_and_rematerialize_idempotently(projec
     instance.add_dynamic_partitions(session_partitions.name, keys)
     run_range = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[1]}
     result = dg.materialize(
-        PARTITIONED + PIPELINE_CHECKS[:4], instance=instance, resources=project["resources"], tags=run_range
+        PARTITIONED + PIPELINE_CHECKS[1:5], instance=instance, resources=project["resources"], tags=run_range
     )
     assert result.success
     first = _counts(project["warehouse"])
@@ -71,8 +71,9 @@ def test_materialize_partitions_then_index_and_rematerialize_idempotently(projec
     assert raw[0].metadata["decisions"].value == {"new": 2}
     assert [e.passed for e in result.get_asset_check_evaluations()] == [True] * 4
 
-    index = dg.materialize([search_index], instance=instance, resources=project["resources"])
+    index = dg.materialize([search_index, PIPELINE_CHECKS[0]], instance=instance, resources=project["resources"])
     assert index.success and snapshot_path(project["warehouse"]).exists()
+    assert [e.passed for e in index.get_asset_check_evaluations()] == [True]
 
     again = dg.materialize(PARTITIONED, instance=instance, resources=project["resources"], partition_key=keys[1])
     assert again.success

@@ -176,13 +176,12 @@ def test_unknown_format_error_names_the_file_and_what_was_expected() -> None:
     assert message.endswith("the first JSON line has keys ['event']")
 
 
-def test_a_gemini_session_gets_a_hint() -> None:
+def test_a_gemini_session_anywhere_is_read_as_gemini() -> None:
     gemini = json.dumps({"sessionId": "s", "messages": [{"id": "1", "type": "user", "content": "hi"}]}).encode()
 
     report = validate_file("/g/session-1.json", "/g", gemini, final=True)
 
-    assert report.quarantine_reason == "unknown format"
-    assert report.errors == ("/g/session-1.json: looks like a Gemini CLI session, which sessionmem does not read yet",)
+    assert report.valid and report.format == "gemini" and report.lines == 1
 
 
 def test_a_byte_order_mark_is_tolerated() -> None:

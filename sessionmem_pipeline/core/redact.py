@@ -135,9 +135,6 @@ SECRET_KINDS = tuple(
     )
 )
 
-REDACTION_VERSION = 1
-"""Bump whenever a rule changes what is redacted: the ingest stage re-redacts every stored session."""
-
 PLACEHOLDER_RE = re.compile(r"\[REDACTED:[a-z-]+\]")
 
 

@@ -16,7 +16,8 @@ import dagster as dg
 from sessionmem_pipeline.defs.partitions import WAREHOUSE_POOL, session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
 from sessionmem_pipeline.stages import pipeline
-from sessionmem_pipeline.stages.discover import discover
+from sessionmem_pipeline.stages.discover import scan_sources
+from sessionmem_pipeline.stages.privacy import privacy_rules
 from sessionmem_pipeline.stages.pipeline import StageReport
 from sessionmem_pipeline.stages.registry import SUMMARIZE_DUE, SUMMARIZE_NOW, Providers, StageContext
 from sessionmem_pipeline.stages.run import IndexReport, record_run
@@ -105,20 +106,25 @@ def _partition_metadata(
 
 @session_asset(group_name="sessions")
 def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
-    """Canonical messages of each session file: validated, redacted, quarantined when unusable, only new lines
-    when grown; a vanished file's sessions stay, marked source-missing."""
+    """Canonical messages of each session file: validated, privacy exclusions applied, redacted, quarantined when
+    unusable, only new lines when grown; a vanished file's sessions stay, marked source-missing."""
     with _stage_context(context, sessionmem) as (ctx, report):
-        files = [f for f in discover(ctx.settings.sources) if f.partition_key in set(context.partition_keys)]
-        pipeline.ingest(ctx, files, report)
+        scan = scan_sources(ctx.settings.sources, rules=privacy_rules(ctx.settings))
+        scan.files = [f for f in scan.files if f.partition_key in set(context.partition_keys)]
+        pipeline.ingest(ctx, scan, report)
         pipeline.mark_missing_sources(ctx, None, report)
         for item in report.quarantined:
             context.log.warning(f"quarantined {item['path']}: {item['reason']}")
+        for problem in report.source_problems:
+            context.log.warning(f"source problem: {problem['path']}: {problem['detail']}")
         _partition_metadata(context, ctx, report, lambda key, counts: dict(report.per_file.get(key, {})))
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": report.messages_written,
             "decisions": dg.MetadataValue.json(report.decisions),
             "malformed_lines_skipped": len(report.warnings),
+            "source_problems": len(report.source_problems),
+            "kept_out_by_privacy": len(report.excluded),
             "quarantine": dg.MetadataValue.md(
                 "\n".join(f"- `{q['path']}`: {q['reason']}" for q in report.quarantined) or "none"
             ),

@@ -36,6 +36,7 @@ from sessionmem_pipeline.defs.assets import (
 from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
 from sessionmem_pipeline.stages.discover import discover, file_stat
+from sessionmem_pipeline.stages.privacy import privacy_rules
 from sessionmem_pipeline.stages.memories import find_memory_files
 from sessionmem_pipeline.stages.summaries import due, pending
 from sessionmem_pipeline.warehouse import open_reader, read_storage_error, snapshot_generation, snapshot_path
@@ -105,7 +106,7 @@ def session_files_sensor(context: dg.SensorEvaluationContext, sessionmem: Sessio
     if paused:
         return dg.SensorResult(skip_reason=f"paused after a storage error ({paused['error']}); run `sessionmem health`")
     remembered: dict[str, list] = json.loads(context.cursor) if context.cursor else _indexed_stats(settings)
-    current = {f.partition_key: f for f in discover(settings.sources)}
+    current = {f.partition_key: f for f in discover(settings.sources, rules=privacy_rules(settings))}
 
     memory_files = _memory_stats(settings)
     remembered_memories = {k: v for k, v in remembered.items() if k.startswith("memories:")}

@@ -11,14 +11,15 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
-from sessionmem_pipeline.stages.discover import SourceFile, file_stat
+from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
 from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
 from sessionmem_pipeline.stages.memories import find_memory_files, ingest_memories
+from sessionmem_pipeline.stages.privacy import remove_excluded_sessions
 from sessionmem_pipeline.stages.registry import (
     CHUNK,
     COLLAPSE,
@@ -49,6 +50,9 @@ class StageReport:
     decisions: dict[str, int] = field(default_factory=dict)
     formats: dict[str, dict[str, int]] = field(default_factory=dict)  # format -> files, sessions, new messages
     quarantined: list[dict[str, str]] = field(default_factory=list)
+    source_problems: list[dict[str, str]] = field(default_factory=list)  # what the scan could not read
+    excluded: list[dict[str, str]] = field(default_factory=list)  # files and sessions kept out by privacy rules, why
+    excluded_removed: int = 0  # stored sessions removed because an exclusion now covers them
     sessions_changed: int = 0
     messages_written: int = 0
     sources_missing: int = 0
@@ -98,6 +102,8 @@ class StageReport:
             found["sessions"] += len(outcome.session_ids)
             found["messages"] += outcome.messages_written
         self.warnings += outcome.warnings
+        self.excluded += [{"session_id": sid, "reason": reason} for sid, reason in outcome.excluded]
+        self.excluded_removed += outcome.excluded_removed
         self.errors += [SessionMemoryError(ErrorType.PARSE_ERROR, w).as_dict() for w in outcome.warnings]
         if outcome.quarantine_reason:
             self.quarantined.append({"path": outcome.path, "reason": outcome.quarantine_reason})
@@ -130,15 +136,22 @@ def _recorder(ctx: StageContext, stage: Stage, work: dict[str, str]) -> Callable
 # ---- per-session stages --------------------------------------------------------------------------------------
 
 
-def ingest(ctx: StageContext, files: Sequence[SourceFile], report: StageReport, *, full: bool = False) -> None:
-    """Each file as its change decision says (new, grown, rewritten, unchanged); files stored under another
-    ingest key are read again."""
-    report.files_seen += len(files)
-    for done, source in enumerate(files, start=1):
+def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: bool = False) -> None:
+    """Each scanned file as its change decision says (new, grown, rewritten, unchanged); files stored under another
+    ingest key are read again. What the scan could not read is recorded, and stored sessions that an exclusion
+    added since now covers are forgotten (the privacy rules applied to what is already stored)."""
+    record_source_problems(ctx.wh, scan)
+    report.source_problems += [asdict(p) for p in scan.problems]
+    report.excluded += [{"path": path, "reason": str(why)} for path, why in scan.excluded]
+    report.files_seen += len(scan.files)
+    for done, source in enumerate(scan.files, start=1):
         report.add_ingest(ingest_file(ctx, source, full=full))
         if done == 1:
             fault_point("ingest", "in")
-        ctx.progress("ingest", done, len(files))
+        ctx.progress("ingest", done, len(scan.files))
+    removed = remove_excluded_sessions(ctx.wh, ctx.settings)
+    report.excluded_removed += len(removed)
+    report.excluded += [{"session_id": sid, "reason": reason} for sid, reason in removed]
 
 
 def mark_missing_sources(ctx: StageContext, roots: Sequence[Path] | None, report: StageReport) -> None:
@@ -288,7 +301,7 @@ SESSION_STEPS: dict[str, Callable[[StageContext, StageReport], None]] = {
 
 def run_all(
     ctx: StageContext,
-    files: Sequence[SourceFile],
+    scan: Discovery,
     roots: Sequence[Path] | None,
     report: StageReport,
     *,
@@ -296,7 +309,7 @@ def run_all(
 ) -> None:
     """Every stage in order, each selecting its own work from the stage state."""
     with report.timed("ingest"):
-        ingest(ctx, files, report, full=full)
+        ingest(ctx, scan, report, full=full)
         mark_missing_sources(ctx, roots, report)
     fault_point("ingest", "after")
     for name, step in SESSION_STEPS.items():

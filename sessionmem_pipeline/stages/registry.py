@@ -65,14 +65,20 @@ class Stage:
     uses_redaction: bool = False
 
 
-INGEST = Stage("ingest", 2, ("validation.max_bad_line_share",), uses_redaction=True)
+INGEST = Stage(
+    "ingest",
+    5,  # 2: parser changes (recap); 3: privacy exclusions and <private> spans; 4: agent formats, per-session ingest;
+    # 5: too-deep lines skipped, implausible timestamps clamped
+    ("validation.max_bad_line_share", "privacy.exclude_paths", "privacy.exclude_projects"),
+    uses_redaction=True,
+)
 COLLAPSE = Stage("collapse", 1, upstream="ingest")
 CHUNK = Stage(
-    "chunk", 2, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
+    "chunk", 3, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
     uses_llm=True,
 )
 EMBED = Stage("embed", 1, upstream="chunk", uses_embedder=True)
-SUMMARIZE = Stage("summarize", 1, upstream="collapse", uses_embedder=True, uses_llm=True)
+SUMMARIZE = Stage("summarize", 2, upstream="collapse", uses_embedder=True, uses_llm=True)
 THREADS = Stage("threads", 1, upstream="summarize", per_session=False)
 MEMORIES = Stage("memories", 1, per_session=False, uses_embedder=True)
 INDEX = Stage("index", 1, per_session=False)

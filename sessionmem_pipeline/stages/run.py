@@ -13,8 +13,9 @@ from pathlib import Path
 from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core import changes
 from sessionmem_pipeline.providers import Embedder
-from sessionmem_pipeline.stages.discover import SourceFile, discover
+from sessionmem_pipeline.stages.discover import SourceFile, discover, scan_sources
 from sessionmem_pipeline.stages.pipeline import StageReport, run_all
+from sessionmem_pipeline.stages.privacy import privacy_rules
 from sessionmem_pipeline.stages.registry import Providers, StageContext, fault_point
 from sessionmem_pipeline.stages.search_index import refresh_search_index
 from sessionmem_pipeline.stages.summaries import embed_missing_summaries, latest_summary, summarize_sessions
@@ -96,9 +97,10 @@ def index_sources(
                 now=now or started_at,
                 progress=progress or (lambda stage, done, total: None),
             )
-            files = _select(discover(roots, since=since), wh, session)
+            scan = scan_sources(roots, since=since, rules=privacy_rules(settings))
+            scan.files = _select(scan.files, wh, session)
             scope_roots = roots if session is None and since is None else None
-            run_all(ctx, files, scope_roots, report, full=full)
+            run_all(ctx, scan, scope_roots, report, full=full)
             report.seconds = time.perf_counter() - started
             record_run(wh, report, started_at, "cli")
             generation = wh.generation()
