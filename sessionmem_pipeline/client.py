@@ -348,6 +348,7 @@ class SessionMemory:
         has_action: bool | None = None,
         project: str | None = None,
         session_id: str | None = None,
+        now: datetime | None = None,
     ) -> list[SearchResult]:
         """The chunks that best match `query`, best first (hybrid BM25 + vector, RRF)."""
         started = time.perf_counter()
