@@ -43,6 +43,7 @@ CATEGORIES = ("multi-hop", "temporal", "open-domain", "single-hop", "adversarial
 GRID: dict[str, Sequence[Any]] = {
     "search.bm25_weight": (0.5, 1.0, 2.0),
     "search.vector_weight": (1.0,),
+    "search.time_boost": (0.0, 0.3, 1.0),
 }
 """Query-time constants and the values tried; only the ratio of the two weights matters, so one stays fixed."""
 

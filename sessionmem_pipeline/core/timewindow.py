@@ -206,3 +206,29 @@ def _point(groups: dict[str, str | None], now: datetime) -> tuple[date | datetim
 def _latest_year(today: date, month: int, day: int) -> int:
     """The year of the most recent (month, day) not after today: "in March" said in February means last March."""
     return today.year if (month, day) <= (today.month, today.day) else today.year - 1
+
+
+def time_bound(value: str | date | datetime, now: datetime, timezone: str) -> datetime:
+    """An `after`/`before` value as an instant: a datetime as is (naive ones in the zone), a date or any date
+    expression as the start of the day or window it names ("yesterday": yesterday's local midnight)."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=zone(timezone))
+    if isinstance(value, date):
+        return datetime.combine(value, time(), zone(timezone))
+    window = parse_time_window(value, now, timezone)
+    return window.after or window.before
+
+
+def understood_window(
+    query: str, after: str | date | datetime | None, before: str | date | datetime | None, now: datetime,
+    timezone: str,
+) -> tuple[TimeWindow | None, str | None, str]:
+    """What a search means by time: the window, where it came from ("flag" filters, "query" boosts) and the words
+    to search. Flags win: with `after`/`before` given, a date in the query is searched as words."""
+    if after is not None or before is not None:
+        start = time_bound(after, now, timezone) if after is not None else None
+        end = time_bound(before, now, timezone) if before is not None else None
+        phrase = " ".join(f"{name} {value}" for name, value in (("after", after), ("before", before)) if value)
+        return TimeWindow(start, end, phrase), "flag", query
+    window, words = find_time_window(query, now, timezone)
+    return window, ("query" if window else None), (words if window and words.strip() else query)
