@@ -131,8 +131,14 @@ def grid(base: Settings) -> list[Settings]:
 
 
 def tune(memory: SessionMemory, corpus: Corpus, queries: list[dict], base: Settings) -> Settings:
-    """The grid point with the best overall turn-level recall on these queries (ties: the earlier point)."""
-    return max(grid(base), key=lambda s: run(memory, corpus, queries, s)["table"]["overall"]["turns"])
+    """The grid point with the best overall turn-level recall on these queries; on a tie the configured value of
+    each constant is kept (a conversation that cannot tell two values apart gives no reason to move)."""
+
+    def merit(settings: Settings) -> tuple[float, int]:
+        kept = sum(settings[key] == base[key] for key in GRID)
+        return run(memory, corpus, queries, settings)["table"]["overall"]["turns"], kept
+
+    return max(grid(base), key=merit)
 
 
 def cross_validate(memory: SessionMemory, corpus: Corpus, queries: list[dict], base: Settings) -> dict:
