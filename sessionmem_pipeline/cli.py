@@ -293,10 +293,26 @@ def cmd_search(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.client import SessionMemory
 
     memory = SessionMemory(settings=_settings(args))
-    results = memory.search(args.query, limit=args.limit, **_filter_kwargs(args))
+    filters = _filter_kwargs(args)
+    try:
+        window, source, _ = memory.time_window(args.query, after=filters["after"], before=filters["before"])
+        results = memory.search(args.query, limit=args.limit, **filters)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    understood = window.to_dict(source) if window else None
     if not memory.indexed and not args.json:
         print("nothing indexed yet: run `sessionmem index` (or wait for the first run to finish)", file=sys.stderr)
+<<<<<<< HEAD
     _print_results(results, args.json, args.query, memory.notice)
+=======
+    if args.json:
+        _print_json({"time_window": understood, "results": [r.to_dict() for r in results]})
+        return 0
+    if understood:
+        verb = "filter" if source == "flag" else "boost (named in the query)"
+        print(f"time window ({verb}): {understood['after'] or '…'} → {understood['before'] or 'now'}\n")
+    _print_results(results, False, args.query)
+>>>>>>> main
     return 0
 
 
@@ -533,8 +549,8 @@ def _common(parser: argparse.ArgumentParser, *, json_flag: bool) -> None:
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--after", help="ISO date or datetime, inclusive")
-    parser.add_argument("--before", help="ISO date or datetime, exclusive")
+    parser.add_argument("--after", help="inclusive: ISO date/datetime or e.g. yesterday, 'last week', 'in March'")
+    parser.add_argument("--before", help="exclusive: ISO date/datetime or e.g. today, 'two days ago', 'since Monday'")
     parser.add_argument("--speaker", help="chunks with a message from this speaker")
     parser.add_argument("--role", choices=("user", "assistant"))
     parser.add_argument("--topic", action="append", help="topic tag (repeatable; any of them matches)")

@@ -25,6 +25,7 @@ import duckdb
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.context import zone
 from sessionmem_pipeline.core.errors import InvalidInputError
+from sessionmem_pipeline.core.timewindow import TimeWindow, time_bound, understood_window
 from sessionmem_pipeline.warehouse import (
     CHUNK_DOCUMENTS,
     Snapshot,
@@ -175,17 +176,24 @@ def _similarities(rows: Sequence[tuple[str, float]]) -> dict[str, float]:
 
 
 def fuse_scores(
-    bm25: dict[str, float], vector: dict[str, float], *, bm25_weight: float = 1.0, vector_weight: float = 1.0
+    bm25: dict[str, float],
+    vector: dict[str, float],
+    *,
+    bm25_weight: float = 1.0,
+    vector_weight: float = 1.0,
+    bm25_limit: int = CANDIDATES,
 ) -> dict[str, float]:
     """bm25_weight x BM25 / best BM25 + vector_weight x cosine similarity, best first.
 
     A convex combination of scores rather than of ranks: when one retriever is much sharper than the other (BM25
     on names and rare words against a small embedding model), ranks alone let the weaker one push good hits down
-    (measured in benchmarks/retrieval.py). A candidate one retriever did not return gets that retriever's lowest
-    returned score, a bound on what it would have had.
+    (measured in benchmarks/retrieval.py). A candidate the vector search did not return gets its lowest returned
+    similarity, a bound on what it would have had. BM25 scores every chunk holding a query term, so when it
+    returned fewer than `bm25_limit` chunks the others hold none and score 0: a rare term's only match keeps
+    its whole keyword credit instead of lending it to every vector-only candidate.
     """
     top = max(bm25.values(), default=0.0) or 1.0
-    bm25_floor = min(bm25.values(), default=0.0)
+    bm25_floor = min(bm25.values(), default=0.0) if len(bm25) >= bm25_limit else 0.0
     vector_floor = min(vector.values(), default=0.0)
     fused = {
         chunk_id: bm25_weight * bm25.get(chunk_id, bm25_floor) / top
@@ -314,8 +322,20 @@ class SessionMemory:
 
     # -- chunk search --
 
-    def _filters(self, **filters: Any) -> Filters:
-        return Filters(**filters, timezone=self.settings.timezone)
+    def _filters(self, now: datetime | None = None, **filters: Any) -> Filters:
+        """Filters with `after`/`before` read as instants: ISO dates and datetimes, or dates as people say them
+        ("yesterday", "last week", "since Monday"), against `now` (default: the machine's clock)."""
+        zone_name = self.settings.timezone
+        for key in ("after", "before"):
+            if filters.get(key) is not None:
+                filters[key] = time_bound(filters[key], now or datetime.now(UTC), zone_name)
+        return Filters(**filters, timezone=zone_name)
+
+    def time_window(
+        self, query: str, *, after: Any = None, before: Any = None, now: datetime | None = None
+    ) -> tuple[TimeWindow | None, str | None, str]:
+        """What a search understands by time (core.timewindow.understood_window) in the configured zone."""
+        return understood_window(query, after, before, now or datetime.now(UTC), self.settings.timezone)
 
     def bm25_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
         """Chunk ids and BM25 scores, best first (each chunk read with the end of the one before it, see
@@ -400,12 +420,20 @@ class SessionMemory:
         has_action: bool | None = None,
         project: str | None = None,
         session_id: str | None = None,
+        now: datetime | None = None,
     ) -> list[SearchResult]:
-        """The chunks that best match `query`, best first (hybrid BM25 + vector, RRF)."""
+        """The chunks that best match `query`, best first (hybrid BM25 + vector, fused scores).
+
+        `after`/`before` filter and accept dates as people say them, read against `now` (default: the machine's
+        clock) in the configured zone. Without them, a date named in the query ("what did we decide last week
+        about X") is not searched as words: chunks from that window get a boost (`search.time_boost`).
+        """
         require_query(query)
         require_positive("limit", limit)
         started = self._start()
+        window, source, words = self.time_window(query, after=after, before=before, now=now)
         filters = self._filters(
+            now=now,
             after=after,
             before=before,
             speaker=speaker,
@@ -416,9 +444,24 @@ class SessionMemory:
             project=project,
             session_id=session_id,
         )
-        results = deduplicate(self.chunks_by_id(self._fused_chunk_scores(query, filters)))[:limit]
+        scores = self._fused_chunk_scores(words, filters)
+        if source == "query":
+            scores = self._boost_window(words, filters, window, scores)
+        results = deduplicate(self.chunks_by_id(scores))[:limit]
         self._log("search", started, len(results))
         return results
+
+    def _boost_window(
+        self, query: str, filters: Filters, window: TimeWindow, scores: dict[str, float]
+    ) -> dict[str, float]:
+        """Chunks inside the window, scored among themselves (so ones the whole search ranked too low to return
+        still compete), times 1 + search.time_boost; the others keep their scores."""
+        inside = replace(filters, after=window.after, before=window.before)
+        boost = 1.0 + self.settings["search.time_boost"]
+        boosted = dict(scores)
+        for chunk_id, score in self._fused_chunk_scores(query, inside).items():
+            boosted[chunk_id] = max(score, scores.get(chunk_id, score)) * boost
+        return boosted
 
     # -- sessions, two-stage recall, memories, recap --
 
@@ -652,10 +695,11 @@ class SessionMemory:
         """Chunk ids and their fused BM25 + vector scores, best first."""
         s = self.settings
         return fuse_scores(
-            self.bm25_ranking(query, filters),
-            self.vector_ranking(query, filters),
+            self.bm25_ranking(query, filters, CANDIDATES),
+            self.vector_ranking(query, filters, CANDIDATES),
             bm25_weight=s["search.bm25_weight"],
             vector_weight=s["search.vector_weight"],
+            bm25_limit=CANDIDATES,
         )
 
     def chunks_by_id(self, scores: dict[str, float], stage: str | None = None) -> list[SearchResult]:

@@ -64,6 +64,7 @@ DEFAULTS: dict[str, Any] = {
     "search.vector_weight": 1.0,
     "search.bm25_weight": 1.0,
     "search.session_boost": 0.15,
+    "search.time_boost": 0.3,
     "sensors.files_interval_minutes": 1.0,
     "sensors.summaries_interval_minutes": 5.0,
     "privacy.exclude_paths": [],  # globs over session file paths (a pattern without "/" matches any one folder name)

@@ -82,7 +82,7 @@ def build_server(memory: SessionMemory) -> MCPServer:
         name="session_search",
         description=(
             "Search past conversation chunks (what was said, decided or done). Use for specific details: an "
-            "error message, a file, a name, why something was decided. Filters: after/before (ISO date), speaker, "
+            "error message, a file, a name, why something was decided. Filters: after/before (ISO date, or yesterday, last week, in March; a date named in the query boosts instead), speaker, "
             "role (user|assistant), topics, has_decision, has_action, project, session_id."
         ),
     )
