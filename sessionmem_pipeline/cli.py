@@ -297,22 +297,21 @@ def cmd_search(args: argparse.Namespace) -> int:
     try:
         window, source, _ = memory.time_window(args.query, after=filters["after"], before=filters["before"])
         results = memory.search(args.query, limit=args.limit, **filters)
-    except ValueError as exc:
+    except InvalidInputError:
+        raise  # exit 2, as every command's invalid input
+    except ValueError as exc:  # a date the time window could not read
         raise CommandError(str(exc)) from None
     understood = window.to_dict(source) if window else None
     if not memory.indexed and not args.json:
         print("nothing indexed yet: run `sessionmem index` (or wait for the first run to finish)", file=sys.stderr)
-<<<<<<< HEAD
-    _print_results(results, args.json, args.query, memory.notice)
-=======
+    notice = {"notice": memory.notice} if memory.notice else {}
     if args.json:
-        _print_json({"time_window": understood, "results": [r.to_dict() for r in results]})
+        _print_json({"time_window": understood, "results": [r.to_dict() for r in results], **notice})
         return 0
     if understood:
         verb = "filter" if source == "flag" else "boost (named in the query)"
         print(f"time window ({verb}): {understood['after'] or '…'} → {understood['before'] or 'now'}\n")
-    _print_results(results, False, args.query)
->>>>>>> main
+    _print_results(results, False, args.query, memory.notice)
     return 0
 
 
