@@ -109,9 +109,9 @@ class _Walk:
             self.problem(folder, kind, f"folder cannot be read: {exc.strerror or exc}")
             return
         for name in names:
-            if name.startswith("."):
-                continue
             path = folder / name
+            if name.startswith(".") and not _is_session_name(path):  # hidden folders, but `.aider.chat.history.md`
+                continue
             try:
                 target = os.stat(path)  # follows symlinks
             except FileNotFoundError:
