@@ -1,13 +1,19 @@
-"""Secret redaction quality: catch rate on a corpus of realistic secrets, false positives on ordinary code and prose.
+"""Secret redaction quality: catch rate per kind of secret, false positives per kind of clean look-alike.
 
-    python benchmarks/redaction.py          # a table, then every miss and every clean line that was altered
-    python benchmarks/redaction.py --json   # the same figures as JSON (tests/test_redact.py reads this)
+    python benchmarks/redaction.py                # per-kind tables on the report half, a line for the tuning half,
+                                                  # the tuning half's misses and false positives
+    python benchmarks/redaction.py --show-misses  # also the report half's misses and false positives
+    python benchmarks/redaction.py --json         # the figures as JSON (tests/test_redact.py reads this)
 
-Corpora (tests/fixtures/redaction/):
+The report half's failing lines stay hidden unless asked for, so that reading routine output is not tuning on them.
+
+The corpus (benchmarks/redaction_corpus/, provenance in its README) has two halves with the same layout: `report/`,
+taken from the published examples of maintained secret scanners and never tuned on, and `tuning/`, written here and
+used to tune the rules. In each:
 - secrets.txt: one entry per line, or a block between `<<<` and `>>>` lines; each secret is marked ⟦kind:value⟧.
-  An entry is caught when every marked span is covered by a redaction; its kind is right when the placeholder's
-  kind is the marked one.
-- clean.txt: one line each of code and prose that must come out of `redact` unchanged (`## ` lines are comments).
+  An entry is caught when every marked span is covered by a redaction.
+- clean.txt: lines of code, logs and prose that must come out of `redact` unchanged; a `## --- category` comment
+  starts a category, other `## ` lines are comments.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sessionmem_pipeline.core.redact import find_secrets, redact
+from sessionmem_pipeline.core.redact import REDACTION_VERSION, SecretMatch, find_secrets, redact
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "redaction"
-MARKER = re.compile(r"⟦([a-z-]+):([^⟧]+)⟧")
+CORPUS = Path(__file__).resolve().parent / "redaction_corpus"
+HALVES = ("report", "tuning")
+MARKER = re.compile(r"⟦([a-z0-9-]+):([^⟧]+)⟧")
+CATEGORY = re.compile(r"^## --- (.+?)(?:\s*---)?\s*(?:\(.*)?$")
 
 
 @dataclass(frozen=True)
@@ -40,25 +48,33 @@ class SecretEntry:
     secrets: tuple[MarkedSecret, ...]
 
 
+@dataclass(frozen=True)
+class CleanLine:
+    line: int
+    category: str
+    text: str
+
+
 @dataclass
-class RedactionScore:
-    secret_entries: int = 0
+class HalfScore:
+    """One half of the corpus: secrets caught per kind, clean lines altered per category."""
+
+    secrets: int = 0
     caught: int = 0
-    kind_correct: int = 0
     clean_lines: int = 0
     clean_altered: int = 0
     by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    by_category: dict[str, dict[str, int]] = field(default_factory=dict)
     misses: list[str] = field(default_factory=list)
-    wrong_kinds: list[str] = field(default_factory=list)
     false_positives: list[str] = field(default_factory=list)
 
     @property
     def catch_rate(self) -> float:
-        return self.caught / self.secret_entries if self.secret_entries else 0.0
+        return self.caught / self.secrets if self.secrets else 0.0
 
     @property
-    def kind_accuracy(self) -> float:
-        return self.kind_correct / self.secret_entries if self.secret_entries else 0.0
+    def false_positive_rate(self) -> float:
+        return self.clean_altered / self.clean_lines if self.clean_lines else 0.0
 
 
 def _unmark(raw: str, path: Path, line: int) -> SecretEntry:
@@ -99,73 +115,105 @@ def load_secret_entries(path: Path) -> list[SecretEntry]:
     return entries
 
 
-def load_clean_lines(path: Path) -> list[tuple[int, str]]:
-    """Numbered lines of a clean corpus, comments and blank lines left out."""
-    return [
-        (number, line)
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-        if line.strip() and not line.startswith("## ")
-    ]
+def load_clean_lines(path: Path) -> list[CleanLine]:
+    """The lines of a clean corpus with the category each sits under; comments and blank lines left out."""
+    lines: list[CleanLine] = []
+    category = "uncategorised"
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.startswith("## "):
+            if m := CATEGORY.match(line):
+                category = m.group(1)
+        elif line.strip():
+            lines.append(CleanLine(number, category, line))
+    return lines
 
 
-def score(entries: list[SecretEntry], clean: list[tuple[int, str]]) -> RedactionScore:
-    result = RedactionScore(secret_entries=len(entries), clean_lines=len(clean))
-    by_kind: dict[str, dict[str, int]] = defaultdict(lambda: {"entries": 0, "caught": 0})
+def _is_covered(secret: MarkedSecret, found: list[SecretMatch]) -> bool:
+    return any(f.start <= secret.start and secret.end <= f.end for f in found)
+
+
+def score(entries: list[SecretEntry], clean: list[CleanLine]) -> HalfScore:
+    result = HalfScore()
+    by_kind: dict[str, dict[str, int]] = defaultdict(lambda: {"secrets": 0, "caught": 0})
     for entry in entries:
         found = find_secrets(entry.text)
-        covered = all(any(f.start <= s.start and s.end <= f.end for f in found) for s in entry.secrets)
-        kinds_right = covered and all(
-            any(f.start <= s.start and s.end <= f.end and f.kind == s.kind for f in found) for s in entry.secrets
-        )
-        for kind in {s.kind for s in entry.secrets}:
-            by_kind[kind]["entries"] += 1
-            by_kind[kind]["caught"] += int(covered)
-        result.caught += int(covered)
-        result.kind_correct += int(kinds_right)
-        if not covered:
+        for secret in entry.secrets:
+            caught = _is_covered(secret, found)
+            by_kind[secret.kind]["secrets"] += 1
+            by_kind[secret.kind]["caught"] += int(caught)
+            result.secrets += 1
+            result.caught += int(caught)
+        if not all(_is_covered(secret, found) for secret in entry.secrets):
             result.misses.append(f"secrets.txt:{entry.line}: {redact(entry.text)}")
-        elif not kinds_right:
-            result.wrong_kinds.append(f"secrets.txt:{entry.line}: {redact(entry.text)}")
-    for number, line in clean:
-        redacted = redact(line)
-        if redacted != line:
-            result.clean_altered += 1
-            result.false_positives.append(f"clean.txt:{number}: {redacted}")
+    by_category: dict[str, dict[str, int]] = defaultdict(lambda: {"lines": 0, "altered": 0})
+    for clean_line in clean:
+        redacted = redact(clean_line.text)
+        altered = redacted != clean_line.text
+        by_category[clean_line.category]["lines"] += 1
+        by_category[clean_line.category]["altered"] += int(altered)
+        result.clean_lines += 1
+        result.clean_altered += int(altered)
+        if altered:
+            result.false_positives.append(f"clean.txt:{clean_line.line}: {redacted}")
     result.by_kind = dict(sorted(by_kind.items()))
+    result.by_category = dict(by_category)
     return result
 
 
-def _table(result: RedactionScore) -> str:
-    rows = [
-        ("secret entries", str(result.secret_entries)),
-        ("caught (fully redacted)", f"{result.caught} ({result.catch_rate:.1%})"),
-        ("caught with the right kind", f"{result.kind_correct} ({result.kind_accuracy:.1%})"),
-        ("clean lines", str(result.clean_lines)),
-        ("clean lines altered", str(result.clean_altered)),
+def score_half(folder: Path) -> HalfScore:
+    return score(load_secret_entries(folder / "secrets.txt"), load_clean_lines(folder / "clean.txt"))
+
+
+def _rows(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    def line(row: tuple[str, ...]) -> str:
+        return "  ".join(cell.ljust(width) if i == 0 else cell.rjust(width) for i, (cell, width) in enumerate(zip(row, widths)))
+    return [line(header), "  ".join("-" * width for width in widths), *(line(row) for row in rows)]
+
+
+def _report(report: HalfScore, tuning: HalfScore, show_report_misses: bool) -> str:
+    kinds = [(kind, str(c["secrets"]), str(c["caught"]), f"{c['caught'] / c['secrets']:.0%}") for kind, c in report.by_kind.items()]
+    kinds.append(("TOTAL", str(report.secrets), str(report.caught), f"{report.catch_rate:.1%}"))
+    categories = [
+        (category, str(c["lines"]), str(c["altered"]), f"{c['altered'] / c['lines']:.1%}") for category, c in report.by_category.items()
     ]
-    rows += [(f"  {kind}", f"{c['caught']}/{c['entries']}") for kind, c in result.by_kind.items()]
-    width = max(len(name) for name, _ in rows)
-    lines = [f"{'measure'.ljust(width)}  value", f"{'-' * width}  -----"]
-    lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
-    listings = (("missed", result.misses), ("wrong kind", result.wrong_kinds), ("altered", result.false_positives))
-    for title, items in listings:
-        if items:
-            lines.append(f"\n{title}:")
-            lines += [f"  {item}" for item in items]
+    categories.append(("TOTAL", str(report.clean_lines), str(report.clean_altered), f"{report.false_positive_rate:.1%}"))
+    lines = [f"redaction rules version {REDACTION_VERSION}", "", f"REPORT half: {len(report.by_kind)} kinds of secret", ""]
+    lines += _rows(("kind", "secrets", "caught", "catch rate"), kinds)
+    lines += ["", "REPORT half: clean look-alikes", ""]
+    lines += _rows(("category", "lines", "altered", "altered %"), categories)
+    lines += [
+        "",
+        f"TUNING half: {tuning.caught}/{tuning.secrets} secrets caught ({tuning.catch_rate:.1%}) over "
+        f"{len(tuning.by_kind)} kinds; {tuning.clean_altered}/{tuning.clean_lines} clean lines altered "
+        f"({tuning.false_positive_rate:.1%})",
+    ]
+    shown = (("report", report), ("tuning", tuning)) if show_report_misses else (("tuning", tuning),)
+    for half, result in shown:
+        for title, items in (("missed", result.misses), ("altered", result.false_positives)):
+            if items:
+                lines.append(f"\n{half} {title}:")
+                lines += [f"  {item}" for item in items]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--fixtures", type=Path, default=FIXTURES, help="folder holding secrets.txt and clean.txt")
+    parser.add_argument("--show-misses", action="store_true", help="also list the report half's failing lines")
+    parser.add_argument("--corpus", type=Path, default=CORPUS, help="folder holding report/ and tuning/")
     args = parser.parse_args(argv)
-    result = score(load_secret_entries(args.fixtures / "secrets.txt"), load_clean_lines(args.fixtures / "clean.txt"))
+    report, tuning = (score_half(args.corpus / half) for half in HALVES)
     if args.json:
-        payload = asdict(result) | {"catch_rate": result.catch_rate, "kind_accuracy": result.kind_accuracy}
-        print(json.dumps(payload, indent=2, ensure_ascii=False))
+        payload = {
+            half: asdict(result) | {"catch_rate": result.catch_rate, "false_positive_rate": result.false_positive_rate}
+            for half, result in (("report", report), ("tuning", tuning))
+        }
+        if not args.show_misses:
+            payload["report"] |= {"misses": [], "false_positives": []}
+        print(json.dumps({"redaction_version": REDACTION_VERSION} | payload, indent=2, ensure_ascii=False))
     else:
-        print(_table(result))
+        print(_report(report, tuning, args.show_misses))
     return 0
 
 

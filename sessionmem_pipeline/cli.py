@@ -23,12 +23,16 @@ from sessionmem_pipeline.config import (
     load_settings,
     render_config_file,
 )
-from sessionmem_pipeline.core.errors import SessionMemoryError
+from sessionmem_pipeline.core.errors import InvalidInputError, SessionMemoryError
 from sessionmem_pipeline.warehouse import WarehouseError
 
 
 class CommandError(RuntimeError):
     """A user-facing failure: printed as one line, exit 1."""
+
+
+USER_ERRORS = (CommandError, ConfigError, WarehouseError, SessionMemoryError, ValueError, OSError)
+"""Failures a person (or an agent, through the MCP server) can act on: reported as their one-line message."""
 
 
 def _settings(args: argparse.Namespace, **flags: Any) -> Settings:
@@ -96,9 +100,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     roots = sources or list(settings.sources)
     if not roots:
         raise CommandError("no source roots: pass --source DIR or set `sources` in the config (`sessionmem init`)")
-    missing = [str(r) for r in roots if not Path(r).is_dir()]
-    if missing:
-        raise CommandError(f"source folder not found: {', '.join(missing)}")
+    if not any(Path(r).is_dir() for r in roots):  # some missing: a warning of the run (source problems)
+        raise CommandError(f"source folder not found: {', '.join(str(r) for r in roots)}")
     since = _parse_date(args.since, settings) if args.since else None
     if args.validate_only:
         return _print_validation(roots, settings, since, args.json)
@@ -117,6 +120,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         return 0
     for item in report.quarantined:
         print(f"quarantined {item['path']}: {item['reason']}", file=sys.stderr)
+    for problem in report.source_problems:
+        print(f"warning: source problem: {problem['path']}: {problem['detail']}", file=sys.stderr)
+    if report.excluded:
+        print(f"{len(report.excluded)} kept out by privacy rules (sessionmem status)", file=sys.stderr)
     for warning in report.warnings[:20]:
         print(f"warning: {warning}", file=sys.stderr)
     if len(report.warnings) > 20:
@@ -191,8 +198,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     else:
         print("last run: never")
+    for row in status["formats"]:
+        what = f"{row['sessions']} sessions, {row['messages']} messages" if row["supported"] else "skipped: not supported"
+        print(f"format {row['format']}: {row['files']} files, {what}")
     for item in status["quarantine"]:
         print(f"quarantined: {item['path']}: {item['reason']}")
+    for problem in status["source_problems"]:
+        print(f"source problem ({problem['kind']}): {problem['path']}: {problem['detail']}")
+    if status["excluded"]:
+        print(f"kept out by privacy rules: {len(status['excluded'])} sessions (status --json lists them)")
     if status["seconds_per_session"] is not None:
         print(f"average index time per session: {status['seconds_per_session']:.3f}s")
     print(
@@ -242,19 +256,24 @@ def highlight(text: str, query: str, enabled: bool) -> str:
     return pattern.sub(lambda m: f"\033[1m{m.group(0)}\033[0m", text)
 
 
-def _print_listing(results: Sequence[Any], as_json: bool, show: Callable[[int, Any], None]) -> None:
-    """`{"results": [...]}` for machines; numbered entries (or "no results") for people."""
+def _print_listing(
+    results: Sequence[Any], as_json: bool, show: Callable[[int, Any], None], notice: str | None = None
+) -> None:
+    """`{"results": [...]}` for machines; numbered entries (or "no results") for people. A search's notice
+    (keyword-only results) is one line before the results, or a `notice` key."""
     if as_json:
-        _print_json({"results": [r.to_dict() for r in results]})
+        _print_json({"results": [r.to_dict() for r in results], **({"notice": notice} if notice else {})})
         return
+    if notice:
+        print(f"note: {notice}")
     if not results:
         print("no results")
     for number, result in enumerate(results, start=1):
         show(number, result)
 
 
-def _print_results(results: Sequence[Any], as_json: bool, query: str = "") -> None:
-    _print_listing(results, as_json, lambda number, result: _show_chunk(number, result, query))
+def _print_results(results: Sequence[Any], as_json: bool, query: str = "", notice: str | None = None) -> None:
+    _print_listing(results, as_json, lambda number, result: _show_chunk(number, result, query), notice)
 
 
 def _show_chunk(number: int, result: Any, query: str) -> None:
@@ -274,7 +293,36 @@ def cmd_search(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.client import SessionMemory
 
     memory = SessionMemory(settings=_settings(args))
-    _print_results(memory.search(args.query, limit=args.limit, **_filter_kwargs(args)), args.json, args.query)
+    filters = _filter_kwargs(args)
+    try:
+        window, source, _ = memory.time_window(args.query, after=filters["after"], before=filters["before"])
+        results = memory.search(args.query, limit=args.limit, **filters)
+    except InvalidInputError:
+        raise  # exit 2, as every command's invalid input
+    except ValueError as exc:  # a date the time window could not read
+        raise CommandError(str(exc)) from None
+    understood = window.to_dict(source) if window else None
+    if not memory.indexed and not args.json:
+        print("nothing indexed yet: run `sessionmem index` (or wait for the first run to finish)", file=sys.stderr)
+    notice = {"notice": memory.notice} if memory.notice else {}
+    if args.json:
+        _print_json({"time_window": understood, "results": [r.to_dict() for r in results], **notice})
+        return 0
+    if understood:
+        verb = "filter" if source == "flag" else "boost (named in the query)"
+        print(f"time window ({verb}): {understood['after'] or '…'} → {understood['before'] or 'now'}\n")
+    _print_results(results, False, args.query, memory.notice)
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.stages.run import forget
+
+    forgotten = forget(_settings(args), session_id=args.session_id, project=args.project)
+    if args.json:
+        _print_json({"forgotten": forgotten})
+    else:
+        print(f"forgot {len(forgotten)} session(s): {', '.join(forgotten[:10])}{' …' if len(forgotten) > 10 else ''}")
     return 0
 
 
@@ -312,7 +360,7 @@ def cmd_search_sessions(args: argparse.Namespace) -> int:
             print(f"   decisions: {'; '.join(r.decisions[:3])}")
         print()
 
-    _print_listing(memory.search_sessions(args.query, limit=args.limit, **filters), args.json, show)
+    _print_listing(memory.search_sessions(args.query, limit=args.limit, **filters), args.json, show, memory.notice)
     return 0
 
 
@@ -321,15 +369,20 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
     memory = SessionMemory(settings=_settings(args))
     results = memory.recall(args.query, sessions=args.sessions, limit=args.limit, **_filter_kwargs(args))
-    _print_results(results, args.json, args.query)
+    _print_results(results, args.json, args.query, memory.notice)
     return 0
 
 
 def cmd_memories(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.client import SessionMemory
 
-    results = SessionMemory(settings=_settings(args)).search_memories(args.query, limit=args.limit)
-    _print_listing(results, args.json, lambda n, r: print(f"{n}. [{r.score:.4f}] {r.memory_id}: {r.content}"))
+    memory = SessionMemory(settings=_settings(args))
+    results = memory.search_memories(args.query, limit=args.limit)
+
+    def show(n: int, r: Any) -> None:
+        print(f"{n}. [{r.score:.4f}] {r.memory_id}: {r.content}")
+
+    _print_listing(results, args.json, show, memory.notice)
     return 0
 
 
@@ -395,7 +448,13 @@ def record_compaction(warehouse: Path, path: Path, result: Any) -> None:
 def cmd_compact(args: argparse.Namespace) -> int:
     from datetime import UTC
 
-    from sessionmem_pipeline.core.compact import SummarizationConfig, compact, parse_transcript, render_stats_box
+    from sessionmem_pipeline.core.compact import (
+        SummarizationConfig,
+        compact,
+        parse_transcript,
+        render_context,
+        render_stats_box,
+    )
     from sessionmem_pipeline.providers import chat_model_from_settings
 
     path = Path(args.file)
@@ -409,8 +468,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
         _print_json(result.as_json())
         return 0
     print(render_stats_box(result))
-    for message in result.context():
-        print(f"\n[{message.role}] {message.text}")
+    print()
+    print(render_context(result))
     return 0
 
 
@@ -489,8 +548,8 @@ def _common(parser: argparse.ArgumentParser, *, json_flag: bool) -> None:
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--after", help="ISO date or datetime, inclusive")
-    parser.add_argument("--before", help="ISO date or datetime, exclusive")
+    parser.add_argument("--after", help="inclusive: ISO date/datetime or e.g. yesterday, 'last week', 'in March'")
+    parser.add_argument("--before", help="exclusive: ISO date/datetime or e.g. today, 'two days ago', 'since Monday'")
     parser.add_argument("--speaker", help="chunks with a message from this speaker")
     parser.add_argument("--role", choices=("user", "assistant"))
     parser.add_argument("--topic", action="append", help="topic tag (repeatable; any of them matches)")
@@ -559,6 +618,11 @@ def build_parser() -> argparse.ArgumentParser:
     command("mcp", cmd_mcp, "serve the agent tools over MCP (stdio)", json_flag=False)
     threads = command("threads", cmd_threads, "threads of related sessions")
     threads.add_argument("--project")
+    forget = command(
+        "forget", cmd_forget, "remove a session, or every session of a project, from memory (sources untouched)"
+    )
+    forget.add_argument("session_id", nargs="?", help="the session to forget")
+    forget.add_argument("--project", help="forget every session of this project")
     sessions = command("sessions", cmd_sessions, "list sessions")
     sessions.add_argument("--project")
     sessions.add_argument("--summaries", action="store_true", help="with each session's summary versions")
@@ -573,7 +637,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader (head, less) went away: not an error
         sys.stderr.close()
         return 0
-    except (CommandError, ConfigError, WarehouseError, SessionMemoryError, ValueError, OSError) as exc:
+    except InvalidInputError as exc:
+        print(f"sessionmem {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except USER_ERRORS as exc:
         print(f"sessionmem {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -4,6 +4,10 @@ Chunk search is hybrid: BM25 over chunk text and its contextual prefix, and cosi
 embeddings, fused by a convex combination of scores (`fuse_scores`), so exact names and paths (BM25) and
 paraphrases (vectors) both find their chunk. Session and memory search fuse by reciprocal rank. Every search appends
 one line (time, latency, result count) to `search-log.jsonl` beside the warehouse.
+
+When the embedding provider fails (a remote server down or answering errors), searches answer from the keyword
+index alone and say so in `SessionMemory.notice`. Inputs are checked first: an empty query or a limit below 1
+raises `InvalidInputError` (a ValueError) with a one-line message the CLI and the MCP server pass on as is.
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ import duckdb
 
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.context import zone
+from sessionmem_pipeline.core.errors import InvalidInputError
+from sessionmem_pipeline.core.timewindow import TimeWindow, time_bound, understood_window
 from sessionmem_pipeline.warehouse import (
     VECTOR_BASE,
     VECTOR_DELTA,
     Snapshot,
+    empty_reader,
     keyword_search,
     open_reader,
     search_log_path,
@@ -34,6 +41,20 @@ CANDIDATES = 150  # per retriever, before fusion
 SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
 EXACT_SCAN_MAX = 20_000  # filtered vector queries scan this many matching chunks exactly (about 5 ms at 384 d)
 OVERFETCH = 4  # above it (more than half the chunks match), the index's top limit x OVERFETCH are filtered instead
+
+
+def require_query(query: str) -> str:
+    """The query, unless it has no words to search for."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError("the query is empty: give the words or question to search for")
+    return query
+
+
+def require_positive(name: str, value: int) -> int:
+    """`value`, unless it is below 1 (a count of results or a token budget)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{name} must be a whole number of at least 1, got {value!r}")
+    return value
 
 
 def vector_literal(vector: Sequence[float]) -> str:
@@ -170,17 +191,24 @@ def _similarities(rows: Sequence[tuple[str, float]]) -> dict[str, float]:
 
 
 def fuse_scores(
-    bm25: dict[str, float], vector: dict[str, float], *, bm25_weight: float = 1.0, vector_weight: float = 1.0
+    bm25: dict[str, float],
+    vector: dict[str, float],
+    *,
+    bm25_weight: float = 1.0,
+    vector_weight: float = 1.0,
+    bm25_limit: int = CANDIDATES,
 ) -> dict[str, float]:
     """bm25_weight x BM25 / best BM25 + vector_weight x cosine similarity, best first.
 
     A convex combination of scores rather than of ranks: when one retriever is much sharper than the other (BM25
     on names and rare words against a small embedding model), ranks alone let the weaker one push good hits down
-    (measured in benchmarks/retrieval.py). A candidate one retriever did not return gets that retriever's lowest
-    returned score, a bound on what it would have had.
+    (measured in benchmarks/retrieval.py). A candidate the vector search did not return gets its lowest returned
+    similarity, a bound on what it would have had. BM25 scores every chunk holding a query term, so when it
+    returned fewer than `bm25_limit` chunks the others hold none and score 0: a rare term's only match keeps
+    its whole keyword credit instead of lending it to every vector-only candidate.
     """
     top = max(bm25.values(), default=0.0) or 1.0
-    bm25_floor = min(bm25.values(), default=0.0)
+    bm25_floor = min(bm25.values(), default=0.0) if len(bm25) >= bm25_limit else 0.0
     vector_floor = min(vector.values(), default=0.0)
     fused = {
         chunk_id: bm25_weight * bm25.get(chunk_id, bm25_floor) / top
@@ -216,6 +244,8 @@ class SessionMemory:
         self._conn: duckdb.DuckDBPyConnection | None = None
         self._opened: tuple[int, int] | None = None
         self._embedder = None
+        self.notice: str | None = None
+        """Set by the last search when it could not use every retriever (keyword-only results), else None."""
 
     # -- connection to the newest snapshot --
 
@@ -227,14 +257,20 @@ class SessionMemory:
         return info.st_ino, info.st_mtime_ns
 
     def connection(self) -> duckdb.DuckDBPyConnection:
-        """The reader connection, reopened when a newer snapshot has been published."""
+        """The reader connection, reopened when a newer snapshot has been published; before the first one, an
+        empty warehouse, so every call answers empty while the first index runs."""
         identity = self._snapshot_identity()
         if self._conn is None or identity != self._opened:
             if self._conn is not None:
                 self._conn.close()
-            self._conn = open_reader(self.warehouse)
+            self._conn = open_reader(self.warehouse) if identity is not None else empty_reader()
             self._opened = identity
         return self._conn
+
+    @property
+    def indexed(self) -> bool:
+        """False until the first snapshot is published ("nothing indexed yet")."""
+        return self._snapshot_identity() is not None
 
     def close(self) -> None:
         if self._conn is not None:
@@ -267,6 +303,25 @@ class SessionMemory:
             )
         return self._embedder
 
+    def _start(self) -> float:
+        """Begin a search: clear the previous one's notice; the start time for `_log`."""
+        self.notice = None
+        return time.perf_counter()
+
+    def _query_vector(self, query: str) -> str | None:
+        """The query's embedding as a vector literal; None without vectors, or when the provider fails (then the
+        search is keyword-only and `notice` says why; later retrievers of the same search do not ask again)."""
+        if self.notice is not None or not self._meta("embedding_model"):
+            return None
+        embedder = self.embedder()
+        from sessionmem_pipeline.providers.embedders import EmbeddingError
+
+        try:
+            return vector_literal(embedder.embed([query])[0])
+        except EmbeddingError as exc:
+            self.notice = f"keyword-only results: the embedding provider failed ({exc})"
+            return None
+
     def _log(self, kind: str, started: float, results: int) -> None:
         line = {
             "time": datetime.now(UTC).isoformat(),
@@ -282,8 +337,20 @@ class SessionMemory:
 
     # -- chunk search --
 
-    def _filters(self, **filters: Any) -> Filters:
-        return Filters(**filters, timezone=self.settings.timezone)
+    def _filters(self, now: datetime | None = None, **filters: Any) -> Filters:
+        """Filters with `after`/`before` read as instants: ISO dates and datetimes, or dates as people say them
+        ("yesterday", "last week", "since Monday"), against `now` (default: the machine's clock)."""
+        zone_name = self.settings.timezone
+        for key in ("after", "before"):
+            if filters.get(key) is not None:
+                filters[key] = time_bound(filters[key], now or datetime.now(UTC), zone_name)
+        return Filters(**filters, timezone=zone_name)
+
+    def time_window(
+        self, query: str, *, after: Any = None, before: Any = None, now: datetime | None = None
+    ) -> tuple[TimeWindow | None, str | None, str]:
+        """What a search understands by time (core.timewindow.understood_window) in the configured zone."""
+        return understood_window(query, after, before, now or datetime.now(UTC), self.settings.timezone)
 
     def bm25_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
         """Chunk ids and BM25 scores, best first (each chunk read with the end of the one before it, see
@@ -304,11 +371,10 @@ class SessionMemory:
         the index when most chunks match, and otherwise (or when the over-fetch is short) scan the matching
         chunks exactly (`+ 0` keeps the optimizer from using the index there).
         """
-        if not self._meta("embedding_model"):
+        vector = self._query_vector(query)
+        if vector is None:
             return {}
-        embedder = self.embedder()
-        vector = vector_literal(embedder.embed([query])[0])
-        cast = f"?::FLOAT[{embedder.dimensions}]"
+        cast = f"?::FLOAT[{self.embedder().dimensions}]"
         conn = self.connection()
         where, params = filters.chunk_sql()
         if where == "TRUE":
@@ -354,10 +420,20 @@ class SessionMemory:
         has_action: bool | None = None,
         project: str | None = None,
         session_id: str | None = None,
+        now: datetime | None = None,
     ) -> list[SearchResult]:
-        """The chunks that best match `query`, best first (hybrid BM25 + vector, RRF)."""
-        started = time.perf_counter()
+        """The chunks that best match `query`, best first (hybrid BM25 + vector, fused scores).
+
+        `after`/`before` filter and accept dates as people say them, read against `now` (default: the machine's
+        clock) in the configured zone. Without them, a date named in the query ("what did we decide last week
+        about X") is not searched as words: chunks from that window get a boost (`search.time_boost`).
+        """
+        require_query(query)
+        require_positive("limit", limit)
+        started = self._start()
+        window, source, words = self.time_window(query, after=after, before=before, now=now)
         filters = self._filters(
+            now=now,
             after=after,
             before=before,
             speaker=speaker,
@@ -368,18 +444,32 @@ class SessionMemory:
             project=project,
             session_id=session_id,
         )
-        results = deduplicate(self.chunks_by_id(self._fused_chunk_scores(query, filters)))[:limit]
+        scores = self._fused_chunk_scores(words, filters)
+        if source == "query":
+            scores = self._boost_window(words, filters, window, scores)
+        results = deduplicate(self.chunks_by_id(scores))[:limit]
         self._log("search", started, len(results))
         return results
 
-    # -- sessions, two-stage recall, memories, recap --
+    def _boost_window(
+        self, query: str, filters: Filters, window: TimeWindow, scores: dict[str, float]
+    ) -> dict[str, float]:
+        """Chunks inside the window, scored among themselves (so ones the whole search ranked too low to return
+        still compete), times 1 + search.time_boost; the others keep their scores."""
+        inside = replace(filters, after=window.after, before=window.before)
+        boost = 1.0 + self.settings["search.time_boost"]
+        boosted = dict(scores)
+        for chunk_id, score in self._fused_chunk_scores(query, inside).items():
+            boosted[chunk_id] = max(score, scores.get(chunk_id, score)) * boost
+        return boosted
 
-    def _query_vector(self, query: str) -> str | None:
-        return vector_literal(self.embedder().embed([query])[0]) if self._meta("embedding_model") else None
+    # -- sessions, two-stage recall, memories, recap --
 
     def search_sessions(self, query: str, *, limit: int = 3, **filters: Any) -> list[SessionResult]:
         """Sessions whose latest summary best matches `query` (hybrid BM25 + vector over summaries)."""
-        started = time.perf_counter()
+        require_query(query)
+        require_positive("limit", limit)
+        started = self._start()
         results = self._rank_sessions(query, limit, self._filters(**filters))
         self._log("search_sessions", started, len(results))
         return results
@@ -443,7 +533,10 @@ class SessionMemory:
         """Two-stage retrieval: the best sessions by summary first, then chunk search in which chunks of those
         sessions get a boost (`search.session_boost`) and chunks found only inside them join the candidates.
         Each result's `stage` says whether it came from a top session or from the plain chunk search."""
-        started = time.perf_counter()
+        require_query(query)
+        require_positive("limit", limit)
+        require_positive("sessions", sessions)
+        started = self._start()
         chunk_filters = self._filters(**filters)
         session_level = {k: v for k, v in filters.items() if k in SESSION_FILTERS}
         top_sessions = self._rank_sessions(query, sessions, self._filters(**session_level))
@@ -465,7 +558,9 @@ class SessionMemory:
 
     def search_memories(self, query: str, *, limit: int = 5) -> list[MemoryResult]:
         """Curated memories (what agents chose to remember), hybrid BM25 + vector, importance as a tie-breaker."""
-        started = time.perf_counter()
+        require_query(query)
+        require_positive("limit", limit)
+        started = self._start()
         conn = self.connection()
         try:
             bm25 = [r[0] for r in keyword_search(conn, "memories", query, limit=CANDIDATES)]
@@ -499,6 +594,7 @@ class SessionMemory:
         done, the plan and unfinished work, each line citing its message ids."""
         from sessionmem_pipeline.core.recap import recap_session
 
+        require_positive("budget", budget)
         llm = None
         if self.settings.llm_enabled:  # importing the openai package costs half a second: only when needed
             from sessionmem_pipeline.providers import chat_model_from_settings
@@ -592,10 +688,11 @@ class SessionMemory:
         """Chunk ids and their fused BM25 + vector scores, best first."""
         s = self.settings
         return fuse_scores(
-            self.bm25_ranking(query, filters),
-            self.vector_ranking(query, filters),
+            self.bm25_ranking(query, filters, CANDIDATES),
+            self.vector_ranking(query, filters, CANDIDATES),
             bm25_weight=s["search.bm25_weight"],
             vector_weight=s["search.vector_weight"],
+            bm25_limit=CANDIDATES,
         )
 
     def chunks_by_id(self, scores: dict[str, float], stage: str | None = None) -> list[SearchResult]:

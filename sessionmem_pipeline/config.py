@@ -15,12 +15,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sessionmem_pipeline.core.formats import REGISTRY
+
 ENV_PREFIX = "SESSIONMEM_"
 LOCAL_CONFIG_NAME = "sessionmem.toml"
 USER_CONFIG = Path("~/.config/sessionmem/config.toml")
 SECRET_KEYS = frozenset({"embedding.api_key", "llm.api_key"})
 PATH_KEYS = frozenset({"warehouse"})
 PATH_LIST_KEYS = frozenset({"sources"})
+PATTERN_LIST_KEYS = frozenset({"privacy.exclude_paths", "privacy.exclude_projects"})  # globs: only `~` expanded
 
 
 def _machine_timezone() -> str:
@@ -61,8 +64,11 @@ DEFAULTS: dict[str, Any] = {
     "search.vector_weight": 1.0,
     "search.bm25_weight": 1.0,
     "search.session_boost": 0.15,
+    "search.time_boost": 0.3,
     "sensors.files_interval_minutes": 1.0,
     "sensors.summaries_interval_minutes": 5.0,
+    "privacy.exclude_paths": [],  # globs over session file paths (a pattern without "/" matches any one folder name)
+    "privacy.exclude_projects": [],  # globs over project names and sessions' working folders
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "embedding.provider": ("local", "openai"),
@@ -190,6 +196,8 @@ def _coerce(key: str, value: Any, origin: str, base_dir: Path) -> Any:
         value = str((base_dir / Path(value).expanduser()).resolve())
     if key in PATH_LIST_KEYS:
         value = [str((base_dir / Path(v).expanduser()).resolve()) for v in value]
+    if key in PATTERN_LIST_KEYS:
+        value = [os.path.expanduser(v) for v in value]
     return value
 
 
@@ -266,10 +274,15 @@ message_threshold = 20
 
 [chunking]
 max_tokens = 500
+
+[privacy]                     # kept out of memory (README: Privacy); also .sessionmem-ignore files and <private> tags
+# exclude_paths = ["*/clients/acme/*", "scratch"]
+# exclude_projects = ["acme-*", "~/work/secret/*"]
 """
 
 
 def detect_source_roots(home: Path) -> list[Path]:
-    """Transcript folders of the agents this machine has (Claude Code, Codex CLI)."""
+    """Transcript folders of the agents this machine has: Claude Code, Codex CLI, and every registered format's
+    default Linux and macOS folders (Gemini CLI, Cline/Roo Code, Cursor, ...) that exist."""
     candidates = [home / ".claude" / "projects", home / ".codex" / "sessions"]
-    return [path for path in candidates if path.is_dir()]
+    return [path for path in candidates if path.is_dir()] + REGISTRY.default_locations(home)

@@ -1,5 +1,5 @@
 """What `sessionmem status`, `health` and `sessions` report, read from the published snapshot (never the live
-file while a snapshot exists) and the search log."""
+file, which a run may be writing), the run marker and the search log."""
 
 from __future__ import annotations
 
@@ -12,21 +12,28 @@ from typing import Any
 import duckdb
 
 from sessionmem_pipeline.config import Settings
+from sessionmem_pipeline.core.formats import REGISTRY
 from sessionmem_pipeline.providers import embedder_from_settings
 from sessionmem_pipeline.stages.discover import discover
+from sessionmem_pipeline.stages.privacy import privacy_rules
 from sessionmem_pipeline.warehouse import (
     SCHEMA_VERSION,
     Snapshot,
     Warehouse,
     WarehouseError,
     clear_storage_error,
+    read_run_marker,
     read_storage_error,
+    snapshot_generation,
+    writer_is_running,
     writer_lock,
     open_reader,
     search_log_path,
     snapshot_path,
 )
 
+
+UNSUPPORTED_FORMATS = frozenset(f.name for f in REGISTRY.formats if f.parser is None)  # files recorded as skipped
 
 def _rows(conn: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
     cursor = conn.execute(sql, params or [])
@@ -73,11 +80,22 @@ def _megabytes(*paths: Path) -> float:
     return round(sum(p.stat().st_size for p in paths if p.exists()) / 1e6, 2)
 
 
+def stale_stages(settings: Settings, conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Per session stage, how many sessions in the snapshot this sessionmem and configuration would build again
+    (stage versions or configuration changed since they were built)."""
+    from sessionmem_pipeline.stages.registry import Providers, StageContext
+
+    context = StageContext(Snapshot(conn), settings, Providers(settings), "status")
+    return context.stale_report()
+
+
 def read_status(settings: Settings) -> dict[str, Any]:
     warehouse = settings.warehouse
     conn = open_reader(warehouse)
     try:
-        read_from = snapshot_path(warehouse) if snapshot_path(warehouse).exists() else warehouse
+        read_from = snapshot_path(warehouse)
+        stale = stale_stages(settings, conn)
+        source_missing = conn.execute("SELECT count(*) FROM sessions WHERE source_missing").fetchone()[0]
         counts = {
             "sessions": _count(conn, "sessions"),
             "messages": _count(conn, "messages"),
@@ -92,7 +110,15 @@ def read_status(settings: Settings) -> dict[str, Any]:
         per_session = conn.execute(
             "SELECT sum(seconds) / nullif(sum(sessions), 0) FROM runs WHERE sessions > 0"
         ).fetchone()[0]
+        formats = _rows(
+            conn,
+            """SELECT format, count(*) AS files, coalesce(sum(len(session_ids)), 0) AS sessions,
+                      coalesce(sum(message_count), 0) AS messages
+               FROM source_files GROUP BY format ORDER BY format""",
+        )
         quarantine = _rows(conn, "SELECT path, reason, details, sha256, quarantined_at FROM quarantine ORDER BY path")
+        problems = _optional_rows(conn, SOURCE_PROBLEMS_SQL)
+        excluded = _optional_rows(conn, EXCLUDED_SQL)
         model = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
         topics = conn.execute(
             """SELECT topic, count(*) AS n FROM (SELECT unnest(topics) AS topic FROM chunks)
@@ -115,9 +141,27 @@ def read_status(settings: Settings) -> dict[str, Any]:
             "warehouse": _megabytes(warehouse),
             "snapshot": _megabytes(snapshot_path(warehouse)),
         },
+        "formats": [{**row, "supported": row["format"] not in UNSUPPORTED_FORMATS} for row in formats],
         "quarantine": quarantine,
+        "source_problems": problems,
+        "excluded": excluded,
+        "sessions_source_missing": source_missing,
+        "stale_stages": stale,
+        "last_writer": read_run_marker(warehouse),
         "searches": search_metrics(warehouse),
     }
+
+
+def _optional_rows(conn: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
+    """Rows of a table a snapshot written by an older sessionmem may not have yet (none then)."""
+    try:
+        return _rows(conn, sql)
+    except duckdb.CatalogException:
+        return []
+
+
+SOURCE_PROBLEMS_SQL = "SELECT root, path, kind, detail, recorded_at FROM source_problems ORDER BY root, path"
+EXCLUDED_SQL = "SELECT path, session_id, reason, excluded_at FROM excluded_sessions ORDER BY path, session_id"
 
 
 def check_health(settings: Settings) -> tuple[str, list[str]]:
@@ -131,11 +175,24 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
             return "ERROR", [f"STORAGE_ERROR at {paused['time']} in {paused['where']}: {paused['error']}; "
                              f"indexing is paused ({reason})"]
         problems.append(f"recovered from the storage error of {paused['time']}: indexing resumes")
+    if snapshot_generation(settings.warehouse) is None:
+        if snapshot_path(settings.warehouse).exists():
+            return "ERROR", [f"{snapshot_path(settings.warehouse)}: the published snapshot cannot be read; "
+                             "run `sessionmem index` to publish it again"] + problems
+        return "ERROR", [f"{settings.warehouse}: nothing indexed yet; run `sessionmem index`"] + problems
+    marker = read_run_marker(settings.warehouse)
+    if marker and marker["status"] == "running" and not writer_is_running(settings.warehouse):
+        problems.append(f"the last run ({marker['run_id']}, {marker['time']}) was interrupted before it finished: "
+                        "run `sessionmem index` to complete it")
     try:
         conn = open_reader(settings.warehouse)
     except WarehouseError as exc:
         return "ERROR", [str(exc)]
     try:
+        stale = {stage: n for stage, n in stale_stages(settings, conn).items() if n}
+        if stale:
+            listed = ", ".join(f"{n} for {stage}" for stage, n in stale.items())
+            problems.append(f"sessions not yet built by this sessionmem and configuration ({listed}): run `sessionmem index`")
         version = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             errors.append(f"schema version {version}, this sessionmem expects {SCHEMA_VERSION}: run `sessionmem index`")
@@ -147,6 +204,7 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
         model_row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
         conn_model = model_row[0] if model_row else None
         last_indexed = conn.execute("SELECT max(last_indexed_at) FROM source_files").fetchone()[0]
+        source_problems = [p for p in _optional_rows(conn, SOURCE_PROBLEMS_SQL) if p["kind"] != "missing_root"]
     finally:
         conn.close()
     if chunks and not fts:
@@ -162,11 +220,12 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
     changed = files_changed_since(settings, last_indexed)
     if changed:
         problems.append(f"{changed} session files changed since the last index run (stale index)")
-    missing = [str(s) for s in settings.sources if not s.is_dir()]
+    missing = [str(s) for s in settings.sources if not s.is_dir()]  # now, not as the last scan found them
     if missing:
         problems.append(f"source roots not found: {', '.join(missing)}")
-    if not snapshot_path(settings.warehouse).exists():
-        problems.append("no published snapshot yet: readers fall back to the live file")
+    problems += [f"source problem ({p['kind']}): {p['path']}: {p['detail']}" for p in source_problems[:20]]
+    if len(source_problems) > 20:
+        problems.append(f"... and {len(source_problems) - 20} more source problems (sessionmem status --json)")
     if errors:
         return "ERROR", errors + problems
     return ("DEGRADED" if problems else "OK"), problems
@@ -178,7 +237,7 @@ def try_recover(warehouse: Path) -> tuple[bool, str]:
         with writer_lock(warehouse, timeout=5, holder="sessionmem health"), Warehouse(warehouse) as wh:
             with wh.transaction():
                 wh.set_meta("last_health_write", datetime.now(UTC).isoformat())
-    except (duckdb.Error, WarehouseError) as exc:
+    except (duckdb.Error, WarehouseError, OSError) as exc:  # OSError: the disk is still full for the lock file
         return False, f"still failing: {exc}"
     clear_storage_error(warehouse)
     return True, "writable again"
@@ -189,7 +248,7 @@ def files_changed_since(settings: Settings, moment: datetime | None) -> int:
     if moment is None:
         return 0
     cutoff = moment.timestamp() * 1e9
-    return sum(1 for f in discover(settings.sources) if f.stat.mtime_ns > cutoff)
+    return sum(1 for f in discover(settings.sources, rules=privacy_rules(settings)) if f.stat.mtime_ns > cutoff)
 
 
 def list_sessions(

@@ -13,6 +13,7 @@ end of every run that changed data.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
@@ -32,7 +33,7 @@ from sessionmem_pipeline.core.changes import IndexedState
 from sessionmem_pipeline.core.models import Chunk, CollapsedMessage, Message, ToolCall, ToolRecord
 
 DATABASE = "wh"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -44,6 +45,12 @@ BM25_B = 0.75
 def tokens_sql(text: str) -> str:
     """The words of a SQL text expression, as DuckDB's fts extension splits them (lower case, accents stripped)."""
     return f"string_split_regex(regexp_replace(lower(strip_accents(CAST({text} AS VARCHAR))), '{KEYWORD_IGNORE}', ' ', 'g'), '\\s+')"
+
+
+def content_key(*expressions: str) -> str:
+    """A BIGINT key derived from what a row holds (not from the order rows were written in), so an index built
+    by many small updates is row for row the one built from scratch."""
+    return f"(hash({', '.join(expressions)}) >> 1)::BIGINT"
 
 
 @dataclass(frozen=True)
@@ -178,10 +185,24 @@ MIGRATIONS: dict[int, list[str]] = {
             thread_id VARCHAR, session_id VARCHAR, position INTEGER, title VARCHAR, topics VARCHAR[],
             updated_at TIMESTAMPTZ)""",
     ],
-    4: [  # the keyword index maintained per changed document (replaces the fts extension's rebuilt index)
+    4: [
+        """CREATE TABLE stage_state (
+            stage VARCHAR, session_id VARCHAR, input_fp VARCHAR, stage_key VARCHAR, run_id VARCHAR,
+            built_at TIMESTAMPTZ)""",
+        "ALTER TABLE source_files ADD COLUMN stage_key VARCHAR",
+        "ALTER TABLE sessions ADD COLUMN source_missing BOOLEAN DEFAULT false",
+        "CREATE TABLE forgotten (session_id VARCHAR, project VARCHAR, forgotten_at TIMESTAMPTZ)",
+    ],
+    5: [
+        # sessions the user's exclusions keep out (stages/privacy.py): which file, which session, why
+        """CREATE TABLE excluded_sessions (
+            path VARCHAR, session_id VARCHAR, kind VARCHAR, rule VARCHAR, reason VARCHAR, excluded_at TIMESTAMPTZ)""",
+        # what the last scan of each source root could not read (stages/discover.py)
+        """CREATE TABLE source_problems (
+            root VARCHAR, path VARCHAR, kind VARCHAR, detail VARCHAR, recorded_at TIMESTAMPTZ)""",
+    ],
+    6: [  # the keyword index maintained per changed document (replaces the fts extension's rebuilt index)
         "CREATE TABLE kw_stopwords (word VARCHAR)",  # filled by Warehouse._seed_stopwords
-        "CREATE SEQUENCE kw_term_ids",
-        "CREATE SEQUENCE kw_doc_keys",
         "CREATE TABLE kw_terms (corpus VARCHAR, term VARCHAR, term_id BIGINT, df BIGINT)",
         """CREATE TABLE kw_docs (
             corpus VARCHAR, doc_key BIGINT, doc_id VARCHAR, session_id VARCHAR, len INTEGER, doc_hash VARCHAR)""",
@@ -190,6 +211,9 @@ MIGRATIONS: dict[int, list[str]] = {
         "DROP SCHEMA IF EXISTS fts_main_chunk_documents CASCADE",
         "DROP SCHEMA IF EXISTS fts_main_session_summaries CASCADE",
         "DROP SCHEMA IF EXISTS fts_main_memories CASCADE",
+        # a warehouse with no documents yet is complete as it is; an older one is indexed once (ensure_keyword_index)
+        """INSERT INTO meta SELECT 'kw_built', '1'
+           WHERE NOT EXISTS (FROM chunks) AND NOT EXISTS (FROM session_summaries) AND NOT EXISTS (FROM memories)""",
     ],
 }
 
@@ -246,36 +270,79 @@ def storage_error_path(warehouse: Path) -> Path:
 
 
 def record_storage_error(warehouse: Path, error: BaseException, where: str) -> None:
+    """Write the pause marker. The disk may be as full for it as for the warehouse, so it never raises: a marker
+    that could not be written in full still pauses (`read_storage_error`), and a shorter one is tried first."""
     marker = {"time": datetime.now(UTC).isoformat(), "where": where, "error": f"{type(error).__name__}: {error}"}
-    warehouse.parent.mkdir(parents=True, exist_ok=True)
-    storage_error_path(warehouse).write_text(json.dumps(marker), encoding="utf-8")
+    for text in (json.dumps(marker), json.dumps({"where": where, "error": type(error).__name__})):
+        try:
+            warehouse.parent.mkdir(parents=True, exist_ok=True)
+            storage_error_path(warehouse).write_text(text, encoding="utf-8")
+            return
+        except OSError:
+            continue
 
 
 def read_storage_error(warehouse: Path) -> dict[str, Any] | None:
+    """The recorded storage error, or None; a marker cut short by a full disk still counts as one."""
+    path = storage_error_path(warehouse)
     try:
-        return json.loads(storage_error_path(warehouse).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        moment = datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat()
+    except FileNotFoundError:
         return None
+    unknown = {"time": moment, "where": "unknown", "error": "the disk was too full to record the error in full"}
+    try:
+        marker = json.loads(text)
+    except ValueError:
+        return unknown
+    return {**unknown, **marker} if isinstance(marker, dict) else unknown
 
 
 def clear_storage_error(warehouse: Path) -> None:
     storage_error_path(warehouse).unlink(missing_ok=True)
 
 
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+DISK_FULL_WORDS = ("no space left", "file too large", "disk quota", "disk full")
+
+
+def _disk_advice(warehouse: Path, error: BaseException) -> str:
+    """What to do when a write failed for want of space ("" for other failures): how much room, where, next steps."""
+    if getattr(error, "errno", None) not in DISK_FULL_ERRNOS and not any(
+        word in str(error).lower() for word in DISK_FULL_WORDS
+    ):
+        return ""
+    folder = warehouse.parent if warehouse.parent.exists() else Path.cwd()
+    free = shutil.disk_usage(folder).free
+    size = sum(p.stat().st_size for p in warehouse.parent.glob(f"{warehouse.name}*") if p.is_file())
+    return (
+        f". The disk (or the process's file size limit) is full: a write needs room for the warehouse's write-ahead "
+        f"log and its published copy, up to {_megabytes(2 * size)} MB for this {_megabytes(size)} MB warehouse, and "
+        f"{_megabytes(free)} MB are free in {folder}. Free space there (or move `warehouse` in the configuration), "
+        "then run `sessionmem health`"
+    )
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1_000_000:.1f}"
+
+
 @contextlib.contextmanager
 def storage_guard(warehouse: Path, where: str) -> Iterator[None]:
-    """Turn a failed write into a recorded STORAGE_ERROR that pauses indexing (transactions roll back)."""
+    """Turn a failed write (DuckDB's, or a full disk's) into a recorded STORAGE_ERROR that pauses indexing
+    (transactions roll back); its message names the file and, when space ran out, what to do."""
     from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
 
     try:
         yield
-    except (duckdb.Error, WarehouseError) as exc:
-        if isinstance(exc, WarehouseBusyError):
+    except (duckdb.Error, WarehouseError, OSError) as exc:
+        if isinstance(exc, WarehouseBusyError) or (isinstance(exc, OSError) and exc.errno not in DISK_FULL_ERRNOS):
             raise
         record_storage_error(warehouse, exc, where)
         raise SessionMemoryError(
             ErrorType.STORAGE_ERROR,
-            f"{warehouse}: {exc}; indexing is paused until `sessionmem health` finds the warehouse writable",
+            f"{warehouse}: {exc}; indexing is paused until `sessionmem health` finds the warehouse writable"
+            + _disk_advice(warehouse, exc),
             {"where": where},
         ) from exc
 
@@ -335,6 +402,7 @@ def _sql_string(text: str) -> str:
 # ---- rows of the canonical records ---------------------------------------------------------------------------
 
 SESSION_TABLES = (
+    "stage_state",
     "messages",
     "collapsed_messages",
     "chunks",
@@ -518,6 +586,21 @@ class _Queries:
         for corpus in ("chunks", "summaries"):
             self.sync_keyword_index(corpus, session_ids)
 
+    def delete_session_caches(self, session_ids: Sequence[str]) -> None:
+        """Topic and embedding cache entries made from these sessions' chunks (call before deleting the chunks):
+        a forgotten session leaves nothing derived from its words behind."""
+        hashes = [list(session_ids)]
+        self.conn.execute(
+            "DELETE FROM topic_cache WHERE content_hash IN (SELECT content_hash FROM chunks "
+            "WHERE session_id IN (SELECT unnest(?)))",
+            hashes,
+        )
+        self.conn.execute(
+            "DELETE FROM embedding_cache WHERE text_hash IN (SELECT context_hash FROM chunks "
+            "WHERE session_id IN (SELECT unnest(?)))",
+            hashes,
+        )
+
     def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
         """Start, end, counts and speakers of sessions, from their messages."""
         self.conn.execute(
@@ -566,6 +649,60 @@ class _Queries:
         if from_base:
             self.set_meta("hnsw_deleted", str(int(self.get_meta("hnsw_deleted") or 0) + from_base))
         return deleted + from_base
+
+    # -- durable stage state (stages/registry.py) --
+
+    def stale_sessions(
+        self, stage: str, stage_key: str, upstream: str, upstream_key: str, scope: Sequence[str] | None = None
+    ) -> dict[str, str]:
+        """Sessions whose `stage` output is missing or out of date, each with the input fingerprint it must be
+        built from: the upstream stage's output (its input fingerprint under its own, current key). Sessions whose
+        upstream is itself out of date are not listed: they wait for it."""
+        scoped = "AND u.session_id IN (SELECT unnest(?))" if scope is not None else ""
+        params: list[Any] = [stage, upstream, upstream_key, stage_key] + ([list(scope)] if scope is not None else [])
+        rows = self.conn.execute(
+            f"""
+            SELECT u.session_id, md5(u.input_fp || u.stage_key) AS expected
+            FROM stage_state u LEFT JOIN stage_state d ON d.stage = ? AND d.session_id = u.session_id
+            WHERE u.stage = ? AND u.stage_key = ?
+              AND (d.session_id IS NULL OR d.stage_key <> ? OR d.input_fp <> md5(u.input_fp || u.stage_key))
+              {scoped}
+            ORDER BY u.session_id
+            """,
+            params,
+        ).fetchall()
+        return dict(rows)
+
+    def stage_fingerprint(self, stages: Sequence[str]) -> str:
+        """One fingerprint of every session's state in these stages: a global stage's input."""
+        return self.scalar(
+            """SELECT md5(coalesce(string_agg(stage || ':' || session_id || '=' || input_fp || '/' || stage_key, ','
+                                              ORDER BY stage, session_id), ''))
+               FROM stage_state WHERE stage IN (SELECT unnest(?))""",
+            [list(stages)],
+        )
+
+    def stage_row(self, stage: str, session_id: str) -> dict[str, Any] | None:
+        rows = self.query("SELECT * FROM stage_state WHERE stage = ? AND session_id = ?", [stage, session_id])
+        return rows[0] if rows else None
+
+    def stale_counts(self, keys: Mapping[str, tuple[str, str | None, str | None]]) -> dict[str, int]:
+        """Per session stage, how many sessions it still has to build: `keys` maps a stage to its own key and its
+        upstream stage and key (ingest, with no upstream, counts sessions stored under another key)."""
+        counts = {}
+        for stage, (key, upstream, upstream_key) in keys.items():
+            if upstream is None:
+                counts[stage] = self.scalar(
+                    "SELECT count(*) FROM stage_state WHERE stage = ? AND stage_key <> ?", [stage, key]
+                )
+            else:
+                counts[stage] = len(self.stale_sessions(stage, key, upstream, upstream_key))
+        return counts
+
+    def generation(self) -> int:
+        """Bumped by every transaction that changes what readers see; the snapshot carries the value it was
+        published at, so a stale or missing snapshot is a fact to compare, not a guess."""
+        return int(self.scalar("SELECT value FROM meta WHERE key = 'generation'") or 0)
 
     def cached_topics(self, model: str, content_hashes: Sequence[str]) -> dict[str, list[str]]:
         rows = self.conn.execute(
@@ -686,10 +823,7 @@ class Warehouse(_Queries):
                     f"embedding FLOAT[{int(dimensions)}])"
                 )
             self.conn.execute(f"DROP TABLE IF EXISTS {VECTOR_DELTA}")
-            self.conn.execute(f"CREATE TABLE {VECTOR_DELTA} AS FROM {VECTOR_BASE} LIMIT 0")
-            self.conn.execute(
-                f"CREATE VIEW chunk_embeddings AS FROM {VECTOR_BASE} UNION ALL BY NAME FROM {VECTOR_DELTA}"
-            )
+            _create_vector_delta_and_view(self.conn)
             self.set_meta("embedding_model", model)
             self.set_meta("embedding_dimensions", str(dimensions))
             self.set_meta("hnsw_deleted", "0")
@@ -764,11 +898,16 @@ class Warehouse(_Queries):
                    WHERE kw_terms.term_id = g.term_id""",
                 gone,
             )
+            self.conn.execute(  # terms no document holds any more, as a build from scratch would not have them
+                """DELETE FROM kw_terms WHERE df = 0 AND term_id IN (
+                       SELECT DISTINCT term_id FROM kw_postings WHERE doc_key IN (SELECT unnest($gone)))""",
+                gone,
+            )
             self.conn.execute("DELETE FROM kw_postings WHERE doc_key IN (SELECT unnest($gone))", gone)
             self.conn.execute("DELETE FROM kw_docs WHERE doc_key IN (SELECT unnest($gone))", gone)
         added = self.conn.execute(
             f"""INSERT INTO kw_docs
-                SELECT $corpus, nextval('kw_doc_keys'), doc_id, session_id, NULL, doc_hash FROM {documents} x
+                SELECT $corpus, {content_key('$corpus', 'doc_id', 'doc_hash')}, doc_id, session_id, NULL, doc_hash FROM {documents} x
                 WHERE NOT EXISTS (
                     SELECT 1 FROM kw_docs d WHERE d.corpus = $corpus AND d.doc_id = x.doc_id AND d.doc_hash = x.doc_hash)""",
             params,
@@ -790,7 +929,7 @@ class Warehouse(_Queries):
             params,
         )
         self.conn.execute(
-            """INSERT INTO kw_terms SELECT $corpus, term, nextval('kw_term_ids'), 0 FROM (
+            f"""INSERT INTO kw_terms SELECT $corpus, term, {content_key('$corpus', 'term')}, 0 FROM (
                    SELECT DISTINCT term FROM kw_staging s WHERE NOT EXISTS (
                        SELECT 1 FROM kw_terms t WHERE t.corpus = $corpus AND t.term = s.term))""",
             {"corpus": corpus},
@@ -841,6 +980,99 @@ class Warehouse(_Queries):
             self.set_meta("kw_unsorted_postings", "0")
         return True
 
+    # -- durable stage state --
+
+    def bump_generation(self) -> None:
+        """Call inside the transaction that changed data readers see (published by the next publish stage)."""
+        self.set_meta("generation", str(self.generation() + 1))
+
+    def record_stage(
+        self, stage: str, fingerprints: Mapping[str, str], stage_key: str, run_id: str, now: datetime
+    ) -> None:
+        """These sessions' `stage` output is built from these input fingerprints (call inside the transaction
+        that wrote the output, so output and state commit together)."""
+        if not fingerprints:
+            return
+        self.delete_where_stage(stage, list(fingerprints))
+        self.insert(
+            "stage_state",
+            [
+                {"stage": stage, "session_id": s, "input_fp": fp, "stage_key": stage_key, "run_id": run_id,
+                 "built_at": now}
+                for s, fp in fingerprints.items()
+            ],
+        )
+        self.bump_generation()
+
+    def delete_where_stage(self, stage: str, session_ids: Sequence[str]) -> None:
+        self.conn.execute(
+            "DELETE FROM stage_state WHERE stage = ? AND session_id IN (SELECT unnest(?))", [stage, list(session_ids)]
+        )
+
+    def mark_source_missing(self, path: str) -> list[str]:
+        """A source file that disappeared: its sessions stay, marked, until `forget` or an exclusion removes
+        them (Claude Code deletes month-old transcripts; the memory of them must outlive that)."""
+        session_ids = [r[0] for r in self.conn.execute(
+            "SELECT session_id FROM sessions WHERE source_path = ?", [path]
+        ).fetchall()]  # not the sessions a newer file (an overlapping export) has taken over
+        self.conn.execute(
+            "UPDATE sessions SET source_missing = true WHERE session_id IN (SELECT unnest(?))", [session_ids]
+        )
+        self.conn.execute("UPDATE source_files SET status = 'missing' WHERE path = ?", [path])
+        self.delete_where("quarantine", "path", [path])
+        self.bump_generation()
+        return session_ids
+
+    def session_owners(self, session_ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
+        """Of these sessions, those already stored: the file each was last read from, and that file's mtime
+        (None when the file is gone)."""
+        rows = self.conn.execute(
+            """SELECT s.session_id, s.source_path, CASE WHEN f.status = 'indexed' THEN f.mtime_ns END
+               FROM sessions s LEFT JOIN source_files f ON f.path = s.source_path
+               WHERE s.session_id IN (SELECT unnest(?))""",
+            [list(session_ids)],
+        ).fetchall()
+        return {session_id: (path, mtime_ns) for session_id, path, mtime_ns in rows}
+
+    def release_sessions(self, path: str, session_ids: Sequence[str]) -> None:
+        """Other files than `path` no longer hold these sessions (`path` took them over)."""
+        self.conn.execute(
+            """UPDATE source_files SET session_ids = list_filter(session_ids, s -> NOT list_contains(?, s))
+               WHERE path <> ? AND len(list_intersect(session_ids, ?)) > 0""",
+            [list(session_ids), path, list(session_ids)],
+        )
+
+    def stage_inputs(self, stage: str, session_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """These sessions' recorded state of `stage`: input fingerprint and stage key."""
+        rows = self.conn.execute(
+            "SELECT session_id, input_fp, stage_key FROM stage_state WHERE stage = ? AND session_id IN (SELECT unnest(?))",
+            [stage, list(session_ids)],
+        ).fetchall()
+        return {session_id: (input_fp, key) for session_id, input_fp, key in rows}
+
+    def forget_sessions(self, session_ids: Sequence[str], now: datetime, *, remember: bool = True) -> None:
+        """Remove sessions everywhere, with the topic and embedding cache entries made from their chunks, so
+        nothing derived from their words is left (call inside a transaction). `remember`: record them as
+        forgotten, so their files (if still there) are not indexed again; an exclusion does not, since lifting
+        it brings them back."""
+        ids = list(session_ids)
+        rows = self.query("SELECT session_id, project FROM sessions WHERE session_id IN (SELECT unnest(?))", [ids])
+        self.delete_session_caches(ids)
+        self.delete_sessions(ids)
+        self.delete_where("session_threads", "session_id", ids)
+        self.conn.execute(
+            "UPDATE source_files SET session_ids = list_filter(session_ids, s -> NOT list_contains($ids, s)) "
+            "WHERE list_has_any(session_ids, $ids)",
+            {"ids": ids},
+        )
+        if remember:
+            self.delete_where("forgotten", "session_id", ids)
+            self.insert("forgotten", [{**r, "forgotten_at": now} for r in rows])
+        self.bump_generation()
+
+    def forgotten_ids(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT session_id FROM forgotten").fetchall()}
+
     def checkpoint(self) -> None:
         self.conn.execute(f"CHECKPOINT {DATABASE}")
 
@@ -856,6 +1088,12 @@ class Warehouse(_Queries):
         measured = json.loads(baseline)
         needed = measured["bytes"] * _data_rows(self.conn) / max(measured["rows"], 1)
         return size > limit * needed and size - needed > min_excess
+
+
+def _create_vector_delta_and_view(conn: duckdb.DuckDBPyConnection) -> None:
+    """The delta beside an existing base, and the `chunk_embeddings` view searches read over both."""
+    conn.execute(f"CREATE TABLE {VECTOR_DELTA} AS FROM {VECTOR_BASE} LIMIT 0")
+    conn.execute(f"CREATE VIEW chunk_embeddings AS FROM {VECTOR_BASE} UNION ALL BY NAME FROM {VECTOR_DELTA}")
 
 
 def _json_default(value: Any) -> Any:
@@ -1062,6 +1300,72 @@ def keyword_search(
     ).fetchall()
 
 
+def snapshot_generation(warehouse: Path) -> int | None:
+    """The generation the published snapshot was copied at; None when it is missing or cannot be read whole
+    (a truncated or damaged snapshot is republished by the next run)."""
+    target = snapshot_path(warehouse)
+    if not target.is_file():
+        return None
+    try:
+        conn = connect(target, read_only=True)
+    except WarehouseError:
+        return None
+    try:
+        value = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        for table in ("sessions", "chunks", "stage_state"):
+            conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    except duckdb.Error:
+        return None
+    finally:
+        conn.close()
+    return int(value[0]) if value else 0
+
+
+def publish_if_stale(warehouse: Path, generation: int) -> Path | None:
+    """Publish when the snapshot is missing, unreadable or older than the live file's `generation` (call with
+    the writer lock held and the live file checkpointed and closed)."""
+    if snapshot_generation(warehouse) == generation:
+        return None
+    return publish_snapshot(warehouse)
+
+
+# ---- run marker ----------------------------------------------------------------------------------------------
+
+
+def run_marker_path(warehouse: Path) -> Path:
+    """`<stem>.run.json`: the last writer's run id and whether it finished, readable without the live file."""
+    return warehouse.with_name(f"{warehouse.stem}.run.json")
+
+
+def write_run_marker(warehouse: Path, run_id: str, status: str) -> None:
+    marker = {"run_id": run_id, "status": status, "pid": os.getpid(), "time": datetime.now(UTC).isoformat()}
+    path = run_marker_path(warehouse)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(json.dumps(marker), encoding="utf-8")
+    os.replace(temp, path)
+
+
+def read_run_marker(warehouse: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(run_marker_path(warehouse).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def writer_is_running(warehouse: Path) -> bool:
+    """True while some process holds the writer lock (a run is under way)."""
+    path = _lock_path(warehouse)
+    if not path.exists():
+        return False
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    return False
+
+
 class Snapshot(_Queries):
     """A reader's handle: the named queries over a read-only connection."""
 
@@ -1069,14 +1373,26 @@ class Snapshot(_Queries):
         self.conn = conn
 
 
+class NothingIndexedYet(WarehouseError):
+    """No snapshot has been published yet: readers answer empty ("nothing indexed yet") instead of failing."""
+
+
+def empty_reader() -> duckdb.DuckDBPyConnection:
+    """An empty warehouse in memory, for readers before the first snapshot: every query answers empty."""
+    conn = _extension_connection()
+    conn.execute(f"ATTACH ':memory:' AS {DATABASE}")
+    conn.execute(f"USE {DATABASE}")
+    migrate(conn)
+    conn.execute(f"CREATE TABLE {VECTOR_BASE} (chunk_id VARCHAR, session_id VARCHAR, text_hash VARCHAR, embedding FLOAT[])")
+    _create_vector_delta_and_view(conn)
+    return conn
+
+
 def open_reader(warehouse: Path) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to the snapshot beside `warehouse` (or to the live file when none was published)."""
+    """A read-only connection to the published snapshot beside `warehouse` (readers never open the live file,
+    which a run may be writing)."""
     warehouse = Path(warehouse)
-    snapshot = snapshot_path(warehouse)
-    if warehouse.name.endswith(".search.duckdb"):
-        snapshot = warehouse
-    if snapshot.exists():
-        return connect(snapshot, read_only=True)
-    if warehouse.exists():
-        return connect(warehouse, read_only=True)
-    raise WarehouseError(f"{warehouse}: no warehouse yet; run `sessionmem index` first")
+    snapshot = warehouse if warehouse.name.endswith(".search.duckdb") else snapshot_path(warehouse)
+    if not snapshot.exists():
+        raise NothingIndexedYet(f"{warehouse}: nothing indexed yet; run `sessionmem index` (or wait for it to finish)")
+    return connect(snapshot, read_only=True)

@@ -25,7 +25,7 @@ from pathlib import Path  # noqa: E402
 from sessionmem_pipeline.config import Settings, load_settings  # noqa: E402
 
 CORPUS_TIMEZONE = "America/New_York"
-AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+AWS_KEY = "AKIAFAKE7Q2MZKD4RW6N"
 CORPUS: dict[str, list[tuple[str, str, str, str, str]]] = {
     # relative path: (id, role, speaker, timestamp UTC, content); the session id is the path without .jsonl
     "webshop/checkout.jsonl": [  # 03:00 UTC on March 10 is 23:00 on March 9 in New York

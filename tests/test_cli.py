@@ -28,7 +28,7 @@ def test_search_json_results_cite_their_sources(warehouse: str, capsys) -> None:
     assert len(data["results"]) == 3
     for result in data["results"]:
         assert result["session_id"] and result["message_ids"] and result["source_path"].endswith(".jsonl")
-    assert "AKIAIOSFODNN7EXAMPLE" not in json.dumps(data)  # the sample's AWS key is redacted before indexing
+    assert "AKIAFAKE7Q2MZKD4RW6N" not in json.dumps(data)  # the sample's AWS key is redacted before indexing
 
 
 @pytest.mark.parametrize(
@@ -50,6 +50,8 @@ def test_status_and_health(warehouse: str, capsys) -> None:
     status = _json(capsys, "status", "--warehouse", warehouse, "--json")
     assert status["counts"]["sessions"] == 5 and status["counts"]["chunks"] > 0
     assert status["top_topics"] and status["last_run"]["status"] == "success"
+    assert sum(f["sessions"] for f in status["formats"]) == 5 and all(f["supported"] for f in status["formats"])
+    assert {"claude_code", "codex", "generic"} <= {f["format"] for f in status["formats"]}
     assert status["searches"]["count"] >= 0
     health = _json(capsys, "health", "--warehouse", warehouse, "--json")
     assert health["status"] in ("OK", "DEGRADED")
@@ -232,9 +234,11 @@ def test_search_prints_readable_results_and_redacts_secrets(
     assert (code, out) == (0, "no results\n")
 
 
-def test_search_without_a_warehouse_is_an_error(isolated: Path, capsys) -> None:
-    code, _, err = _run(capsys, "search", "anything", "--warehouse", str(isolated / "none.duckdb"))
-    assert code == 1 and "run `sessionmem index` first" in err
+def test_search_before_the_first_index_answers_empty_and_says_why(isolated: Path, capsys) -> None:
+    code, out, err = _run(capsys, "search", "anything", "--warehouse", str(isolated / "none.duckdb"))
+    assert code == 0 and out.strip() == "no results" and "nothing indexed yet" in err
+    code, _, err = _run(capsys, "status", "--warehouse", str(isolated / "none.duckdb"))
+    assert code == 1 and "nothing indexed yet" in err
 
 
 def test_sessions_lists_the_indexed_sessions(isolated: Path, indexed_corpus: IndexedCorpus, capsys) -> None:

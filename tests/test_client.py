@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -192,8 +193,16 @@ def test_each_search_appends_one_line_to_the_search_log(memory: SessionMemory, i
 
 
 def test_a_bad_date_is_a_clear_error(memory: SessionMemory) -> None:
-    with pytest.raises(ValueError, match="not an ISO date"):
-        memory.search("coffee", after="last tuesday")
+    with pytest.raises(ValueError, match="not a date: 'when the moon is blue'"):
+        memory.search("coffee", after="when the moon is blue")
+
+
+def test_relative_dates_filter_against_the_given_clock(memory: SessionMemory) -> None:
+    now = datetime(2026, 3, 11, 15, 0, tzinfo=UTC)  # the corpus was written on March 9 to 13 (UTC)
+    recent = memory.search("coffee grinder backups", limit=20, after="yesterday", now=now)
+    window = memory.time_window("coffee", after="yesterday", now=now)[0]
+    assert recent and all(r.timestamp >= window.after for r in recent)
+    assert memory.search("coffee grinder backups", limit=20, after="since Monday", before="two days ago", now=now) == []
 
 
 # ---- reading while the pipeline writes -----------------------------------------------------------------------------

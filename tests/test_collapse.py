@@ -478,10 +478,10 @@ def test_a_call_without_result_says_it_was_interrupted(call: ToolCall, line: str
 
 
 def test_redaction_applies_to_tool_lines_before_clipping() -> None:
-    command = "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE aws s3 ls s3://shop-assets " + "--recursive " * 20
+    command = "AWS_ACCESS_KEY_ID=AKIAFAKE7Q2MZKD4RW6N aws s3 ls s3://shop-assets " + "--recursive " * 20
     record = collapse_tool_call(ToolCall("Bash", {"command": command}, "ok"))
-    assert "[REDACTED:aws-key]" in record.line and "AKIAIOSFODNN7EXAMPLE" not in record.line
-    assert "AKIAIOSFODNN7EXAMPLE" not in (record.command or "")
+    assert "[REDACTED:aws-key]" in record.line and "AKIAFAKE7Q2MZKD4RW6N" not in record.line
+    assert "AKIAFAKE7Q2MZKD4RW6N" not in (record.command or "")
     long_secret_edit = ToolCall(
         "Edit",
         {
@@ -727,7 +727,7 @@ def test_messages_become_narrative_with_tool_lines_in_order() -> None:
 
 def test_thinking_is_kept_apart_and_redacted() -> None:
     collapsed = collapse_messages(
-        [message(0, "assistant", "Done.", thinking="The key is AKIAIOSFODNN7EXAMPLE, hide it.")]
+        [message(0, "assistant", "Done.", thinking="The key is AKIAFAKE7Q2MZKD4RW6N, hide it.")]
     )
     assert collapsed[0].text == "Done."
     assert collapsed[0].thinking == "The key is [REDACTED:aws-key], hide it."

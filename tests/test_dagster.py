@@ -50,8 +50,8 @@ def test_definitions_load_with_sensor_checks_and_partitions() -> None:
     for asset in PARTITIONED:
         assert asset.partitions_def == session_partitions
         assert asset.backfill_policy is not None and asset.backfill_policy.max_partitions_per_run == 200
-    assert {a.op.pool for a in PIPELINE_ASSETS} | {c.op.pool for c in PIPELINE_CHECKS} == {"duckdb_warehouse"}
-    assert len(PIPELINE_CHECKS) == 5
+    assert {a.op.pool for a in PIPELINE_ASSETS} | {c.op.pool for c in PIPELINE_CHECKS[1:]} == {"duckdb_warehouse"}
+    assert len(PIPELINE_CHECKS) == 6
 
 
 def test_materialize_partitions_then_index_and_rematerialize_idempotently(project: dict) -> None:
@@ -60,7 +60,7 @@ def test_materialize_partitions_then_index_and_rematerialize_idempotently(projec
     instance.add_dynamic_partitions(session_partitions.name, keys)
     run_range = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[1]}
     result = dg.materialize(
-        PARTITIONED + PIPELINE_CHECKS[:4], instance=instance, resources=project["resources"], tags=run_range
+        PARTITIONED + PIPELINE_CHECKS[1:5], instance=instance, resources=project["resources"], tags=run_range
     )
     assert result.success
     first = _counts(project["warehouse"])
@@ -71,8 +71,9 @@ def test_materialize_partitions_then_index_and_rematerialize_idempotently(projec
     assert raw[0].metadata["decisions"].value == {"new": 2}
     assert [e.passed for e in result.get_asset_check_evaluations()] == [True] * 4
 
-    index = dg.materialize([search_index], instance=instance, resources=project["resources"])
+    index = dg.materialize([search_index, PIPELINE_CHECKS[0]], instance=instance, resources=project["resources"])
     assert index.success and snapshot_path(project["warehouse"]).exists()
+    assert [e.passed for e in index.get_asset_check_evaluations()] == [True]
 
     again = dg.materialize(PARTITIONED, instance=instance, resources=project["resources"], partition_key=keys[1])
     assert again.success
@@ -115,6 +116,7 @@ def test_sensor_batches_new_files_into_one_backfill_then_sees_changes_and_deleti
         added.partition_keys
     )
     assert dg.AssetKey("search_index") in subset.non_partitioned_asset_keys
+    instance.add_dynamic_partitions(session_partitions.name, list(added.partition_keys))  # as the daemon does
 
     quiet = _tick(instance, project["resources"], first.cursor)
     assert quiet.run_requests == [] and quiet.dynamic_partitions_requests == []
@@ -129,10 +131,34 @@ def test_sensor_batches_new_files_into_one_backfill_then_sees_changes_and_deleti
         "generic/planning/2026-03-02"
     ]
 
-    generic.unlink()
+    generic.unlink()  # its sessions stay (source-missing): the partition is asked for once and kept
     gone = _tick(instance, project["resources"], grown.cursor)
-    assert gone.dynamic_partitions_requests[0].partition_keys == ["generic/planning/2026-03-02"]
-    assert [r.asset_selection for r in gone.run_requests] == [[dg.AssetKey("search_index")]]
+    assert gone.dynamic_partitions_requests == []
+    gone_subset = gone.run_requests[0].asset_graph_subset
+    assert list(gone_subset.get_partitions_subset(dg.AssetKey("raw_messages")).get_partition_keys()) == [
+        "generic/planning/2026-03-02"
+    ]
+    assert _tick(instance, project["resources"], gone.cursor).run_requests == []
+
+
+def test_first_start_on_a_warehouse_the_cli_built_repeats_no_work_and_shows_it(project: dict) -> None:
+    from sessionmem_pipeline.defs.sensors import warehouse_state_sensor
+
+    index_sources(project["resources"]["sessionmem"].settings())
+    instance = dg.DagsterInstance.ephemeral()
+    first = _tick(instance, project["resources"], None)
+    assert first.run_requests == []  # every file is indexed as it is
+    assert len(first.dynamic_partitions_requests[0].partition_keys) == 2
+    instance.add_dynamic_partitions(session_partitions.name, list(first.dynamic_partitions_requests[0].partition_keys))
+    context = dg.build_sensor_context(instance=instance, resources=project["resources"], definitions=defs)
+    reported = warehouse_state_sensor(context)
+    materialized = {(e.asset_key.to_user_string(), e.partition) for e in reported.asset_events}
+    assert ("chunks", "generic/planning/2026-03-02") in materialized
+    assert ("raw_messages", "claude/-home-dev-webshop/3f6c2b9e-71d4-4a8e-b5c0-9e2d7a41f863") in materialized
+    assert ("search_index", None) in materialized
+    again = dg.build_sensor_context(instance=instance, resources=project["resources"], definitions=defs,
+                                    cursor=reported.cursor)
+    assert not warehouse_state_sensor(again).asset_events  # reported once
 
 
 def _append_generic(path: Path, count: int, start: datetime) -> None:

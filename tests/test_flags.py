@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
         "We decided not to add a deprecation period.",
         "Going forward, all new endpoints get an OpenAPI description.",
         "Sounds good, ship it.",
+        "We're dropping 5.7.",
+        "bottom tabs, good.",
     ],
 )
 def test_decision_cues(text: str) -> None:
@@ -64,6 +66,11 @@ def test_decision_cues(text: str) -> None:
         "okay cool",
         "Yes, that needs doing soon.",
         "Redis sorted sets make the rate limiter simple.",
+        "Thanks, I'll keep an eye on it.",
+        "I'll keep you posted.",
+        "User: ok continue",
+        "yes go on",
+        "ok, good.",
         "",
     ],
 )

@@ -67,18 +67,23 @@ def test_prompt_copies_in_the_other_order_are_deduplicated_too() -> None:
     assert second_prompt.text == "Now add a regression test for the empty notebook case."
 
 
-def test_a_turn_of_reasoning_and_tool_calls_reads_as_one_assistant_message() -> None:
-    reply = only_session(OLD).messages[2]
+def test_a_turn_reads_in_its_real_order_with_the_answer_after_every_call() -> None:
+    """0.40: reasoning, calls, more reasoning and calls, then the answer: each step is a message with its thinking
+    and calls, and the answer comes last, after every call (not before them, as if the session ended on a call)."""
+    replies = only_session(OLD).messages[2:6]
 
-    assert (reply.role, reply.message_id) == ("assistant", "L7")
-    assert reply.thinking.startswith("**Locating the report command**")
-    assert reply.text.startswith("Added `--format csv` to `ledger report`")
-    assert [c.name for c in reply.tool_calls] == ["shell", "shell", "apply_patch", "shell", "apply_patch", "shell"]
-    assert reply.metadata == {"model": "gpt-5-codex"}
+    assert [(m.role, m.message_id) for m in replies] == [("assistant", f"L{n}") for n in (7, 13, 18, 24)]
+    assert replies[0].thinking.startswith("**Locating the report command**")
+    assert [[c.name for c in m.tool_calls] for m in replies] == [
+        ["shell", "shell"], ["apply_patch", "shell"], ["apply_patch", "shell"], []
+    ]
+    assert not any(m.text for m in replies[:3])
+    assert replies[3].text.startswith("Added `--format csv` to `ledger report`")
+    assert replies[3].metadata == {"model": "gpt-5-codex"}
 
 
 def test_json_string_outputs_of_0_40_are_unwrapped_and_exit_codes_kept() -> None:
-    calls = only_session(OLD).messages[2].tool_calls
+    calls = [call for m in only_session(OLD).messages[2:5] for call in m.tool_calls]
 
     assert calls[0].input == {
         "command": ["bash", "-lc", 'rg -n "def report|--format" ledger'],
@@ -95,13 +100,13 @@ def test_json_string_outputs_of_0_40_are_unwrapped_and_exit_codes_kept() -> None
 def test_web_search_and_an_interrupted_turn() -> None:
     messages = only_session(OLD).messages
 
-    assert messages[4].tool_calls == (
+    assert messages[7].tool_calls == (
         ToolCall("web_search", {"query": "python csv writer stream large export generator"}, "", False, None),
     )
-    aborted_call = messages[6].tool_calls[0]
+    aborted_call = messages[10].tool_calls[0]
     assert aborted_call.output is None  # the turn was interrupted before the command finished
-    assert (messages[7].role, messages[7].kind) == ("system", KIND_EVENT)
-    assert messages[7].text == "Turn aborted (interrupted)"
+    assert (messages[11].role, messages[11].kind) == ("system", KIND_EVENT)
+    assert messages[11].text == "Turn aborted (interrupted)" and messages[11].metadata["turn_aborted"] is True
 
 
 def test_injected_context_is_kept_apart_from_the_persons_words() -> None:
@@ -155,9 +160,11 @@ def test_the_pre_envelope_layout() -> None:
     assert [(m.role, m.kind) for m in session.messages] == [
         ("user", KIND_INJECTED),
         ("user", KIND_MESSAGE),
-        ("assistant", KIND_MESSAGE),
+        ("assistant", KIND_MESSAGE),  # the call
+        ("assistant", KIND_MESSAGE),  # the answer after it
     ]
     assert session.messages[2].tool_calls[0].output.startswith("def retry(times: int = 3")
+    assert session.messages[3].text and not session.messages[3].tool_calls
     assert result.skipped == {"record_type:state": 3}
 
 

@@ -1,12 +1,15 @@
 """Hybrid search finds what either retriever alone misses: a paraphrase (no shared words: BM25 fails) and a
-rare identifier (a code, not meaning: the embedding is weak), on one small corpus."""
+rare identifier (a code, not meaning: the embedding is weak), on one small corpus; its fusion gives a rare term's
+only match its whole keyword credit; and its planned searches return what an exact scan returns."""
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from sessionmem_pipeline.client import Filters, SessionMemory
+from sessionmem_pipeline import client
+from sessionmem_pipeline.client import Filters, SessionMemory, deduplicate, fuse_scores
 from sessionmem_pipeline.config import load_settings
 from sessionmem_pipeline.stages.run import index_sources
 
@@ -19,6 +22,7 @@ EXCHANGES = [
     ("Invoice 20931 was charged twice.", "Refunded the duplicate charge on invoice 20931."),
     ("Invoice 55102 was charged twice.", "Refunded the duplicate charge on invoice 55102."),
     ("Invoice 77314 was charged twice.", "Refunded the duplicate charge on invoice 77314."),
+    ("What do we call the next release?", "Its codename is Quillfeather; it ships on Friday."),
 ]
 
 
@@ -70,3 +74,54 @@ def test_hybrid_is_right_at_least_as_often_as_either_retriever(memory: SessionMe
     hybrid = hits(lambda q: [f"{r.session_id}:{r.chunk_index}:x" for r in memory.search(q, limit=1)])
     assert hybrid >= max(bm25, vector) and hybrid == len(QUERIES)
     assert bm25 < len(QUERIES)  # paraphrases without shared words defeat BM25
+
+
+def test_a_unique_term_ranks_its_only_match_first(memory: SessionMemory) -> None:
+    assert len(memory.bm25_ranking("quillfeather", Filters())) == 1
+    assert memory.search("quillfeather", limit=1)[0].session_id == "support/s8"
+
+
+def test_a_single_bm25_hit_keeps_its_credit_over_closer_vectors() -> None:
+    fused = fuse_scores({"rare": 7.0}, {"near": 0.62, "nearer": 0.65, "rare": 0.31, "far": 0.2})
+    assert list(fused)[0] == "rare"
+    assert fused["near"] == pytest.approx(0.62)  # no keyword credit for a chunk without the term
+
+
+def test_a_truncated_bm25_list_bounds_the_missing_scores() -> None:
+    fused = fuse_scores({"a": 4.0, "b": 2.0}, {"c": 0.5, "a": 0.1}, bm25_limit=2)
+    assert fused["c"] == pytest.approx(2.0 / 4.0 + 0.5)
+
+
+FILTERS = [
+    {},
+    {"project": "webshop"},
+    {"has_decision": True},
+    {"after": "2026-03-10", "role": "assistant"},
+]
+
+
+@pytest.mark.parametrize("exact_scan_max", [client.EXACT_SCAN_MAX, 0])  # 0: filtered queries over-fetch the index
+@pytest.mark.parametrize("filters", FILTERS)
+def test_planned_search_matches_an_exact_scan(
+    indexed_corpus, monkeypatch: pytest.MonkeyPatch, filters: dict, exact_scan_max: int
+) -> None:
+    monkeypatch.setattr(client, "EXACT_SCAN_MAX", exact_scan_max)
+    memory = SessionMemory(settings=indexed_corpus.settings)
+    conn = memory.connection()
+    chosen = memory._filters(**filters)
+    where, params = chosen.chunk_sql()
+    rows = conn.execute(
+        f"SELECT e.chunk_id, e.embedding FROM chunk_embeddings e JOIN chunks c USING (chunk_id) WHERE {where}",
+        params,
+    ).fetchall()
+    matrix = np.asarray([r[1] for r in rows])
+    for query in ("payment retries backoff", "restore the nightly backup", "coffee grinder"):
+        vector = np.asarray(memory.embedder().embed([query])[0])
+        cosine = matrix @ vector / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(vector))
+        exact = {rows[i][0]: float(cosine[i]) for i in np.argsort(-cosine)[: client.CANDIDATES]}
+        planned = memory.vector_ranking(query, chosen)
+        assert list(planned)[:5] == list(exact)[:5]
+        expected = fuse_scores(memory.bm25_ranking(query, chosen), exact, bm25_limit=client.CANDIDATES)
+        top = [(r.session_id, r.chunk_index) for r in deduplicate(memory.chunks_by_id(expected))[:3]]
+        assert [(r.session_id, r.chunk_index) for r in memory.search(query, limit=3, **filters)] == top
+    memory.close()

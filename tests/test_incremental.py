@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sessionmem_pipeline.config import load_settings
-from sessionmem_pipeline.stages.run import index_sources
+from sessionmem_pipeline.stages.run import forget, index_sources
 from sessionmem_pipeline.warehouse import Warehouse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
@@ -80,15 +80,21 @@ def test_rewritten_file_is_reindexed_whole(env: dict) -> None:
     assert _count(settings, "SELECT count(*) FROM messages WHERE session_id = 'infra/live'") == 2
 
 
-def test_deleted_file_loses_its_rows_everywhere(env: dict) -> None:
+def test_deleted_file_keeps_its_sessions_marked_until_forgotten(env: dict) -> None:
     settings = env["settings"]
     index_sources(settings)
+    messages = _count(settings, "SELECT count(*) FROM messages WHERE session_id = 'infra/live'")
     env["live"].unlink()
     report = index_sources(settings)
-    assert report.orphans_removed == 1
-    for table in ("sessions", "messages", "collapsed_messages", "chunks", "chunk_embeddings", "session_summaries"):
+    assert report.sources_missing == 1
+    assert _count(settings, "SELECT count(*) FROM messages WHERE session_id = 'infra/live'") == messages
+    assert _count(settings, "SELECT count(*) FROM sessions WHERE session_id = 'infra/live' AND source_missing") == 1
+    assert _count(settings, "SELECT count(*) FROM source_files WHERE status = 'missing'") == 1
+    assert index_sources(settings).sources_missing == 0  # marked once
+
+    assert forget(settings, session_id="infra/live") == ["infra/live"]
+    for table in ("sessions", "messages", "collapsed_messages", "chunks", "chunk_embeddings", "stage_state"):
         assert _count(settings, f"SELECT count(*) FROM {table} WHERE session_id = 'infra/live'") == 0, table
-    assert _count(settings, "SELECT count(*) FROM source_files WHERE path LIKE '%live.jsonl'") == 0
 
 
 def test_half_written_last_line_waits_for_the_next_run(env: dict) -> None:

@@ -19,8 +19,9 @@ from sessionmem_pipeline.core.changes import FileStat, decide
 from sessionmem_pipeline.providers import LocalMiniLMEmbedder
 from sessionmem_pipeline.stages.discover import SourceFile, discover, file_stat
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file
-from sessionmem_pipeline.stages.run import index_sources
-from sessionmem_pipeline.stages.search_index import remove_orphans
+from sessionmem_pipeline.stages.pipeline import StageReport, mark_missing_sources
+from sessionmem_pipeline.stages.registry import Providers, StageContext
+from sessionmem_pipeline.stages.run import forget, index_sources
 from sessionmem_pipeline.warehouse import SESSION_TABLES, Warehouse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
@@ -79,11 +80,16 @@ def wh(shared_warehouse: Warehouse) -> Iterator[Warehouse]:
         shared_warehouse.conn.execute(f"DELETE FROM {table}")
 
 
-def ingest(wh: Warehouse, root: Path, path: Path, **options) -> IngestOutcome:
+def stage_context(wh: Warehouse, max_bad_share: float = 0.5) -> StageContext:
+    settings = load_settings(None, {"warehouse": str(wh.path), "validation.max_bad_line_share": max_bad_share})
+    return StageContext(wh, settings, Providers(settings), "test-run")
+
+
+def ingest(wh: Warehouse, root: Path, path: Path, *, max_bad_share: float = 0.5, full: bool = False) -> IngestOutcome:
     """What one ingest of `path` does, found the way a run finds it (or named directly once it is gone)."""
     found = [f for f in discover([root]) if f.path == str(path.resolve())]
     source = found[0] if found else SourceFile(str(path.resolve()), str(root.resolve()), "gone", FileStat(0, 0))
-    return ingest_file(wh, source, **options)
+    return ingest_file(stage_context(wh, max_bad_share), source, full=full)
 
 
 def message_ids(wh: Warehouse, session_id: str) -> list[str]:
@@ -204,16 +210,18 @@ def test_full_reingests_an_unchanged_file(wh: Warehouse, root: Path) -> None:
     assert message_ids(wh, "proj/live") == ["m0", "m1", "m2", "m3"]
 
 
-def test_a_deleted_file_loses_its_rows_and_state(wh: Warehouse, root: Path) -> None:
+def test_a_deleted_file_keeps_its_rows_marked_source_missing(wh: Warehouse, root: Path) -> None:
     live = root / "proj" / "live.jsonl"
     live.write_bytes(lines(4))
     ingest(wh, root, live)
     live.unlink()
     assert ingest(wh, root, live).decision == "deleted"
-    for table in SESSION_TABLES:
-        if table != "chunk_embeddings":  # created by the first embedding run
-            assert wh.scalar(f"SELECT count(*) FROM {table} WHERE session_id = 'proj/live'") == 0, table
-    assert wh.scalar("SELECT count(*) FROM source_files") == 0
+    assert wh.scalar("SELECT count(*) FROM messages WHERE session_id = 'proj/live'") == 4
+    assert wh.scalar("SELECT source_missing FROM sessions WHERE session_id = 'proj/live'") is True
+    assert wh.scalar("SELECT status FROM source_files") == "missing"
+    live.write_bytes(lines(4))  # back again: indexed as it is now
+    assert ingest(wh, root, live).decision == "new"
+    assert wh.scalar("SELECT source_missing FROM sessions WHERE session_id = 'proj/live'") is False
 
 
 # ---- validation: the half-written line, bad lines, quarantine -----------------------------------------------------
@@ -305,7 +313,7 @@ def test_a_deleted_quarantined_file_leaves_the_quarantine(wh: Warehouse, root: P
     bad.write_bytes(b"\x00\x01 binary")
     ingest(wh, root, bad)
     bad.unlink()
-    remove_orphans(wh, [root])
+    mark_missing_sources(stage_context(wh), [root], StageReport())
     assert wh.scalar("SELECT count(*) FROM quarantine") == 0
 
 
@@ -385,11 +393,12 @@ def test_a_deleted_file_leaves_every_table_and_the_published_snapshot(tmp_path: 
 
     gone.unlink()
     report = index_sources(settings, embedder=embedder)
-    assert report.orphans_removed == 1
+    assert report.sources_missing == 1
+    assert memory.search("bloom filter", session_id="proj/gone")  # memory outlives its source
+    forget(settings, session_id="proj/gone")
     with Warehouse(settings.warehouse) as wh:
         for table in SESSION_TABLES:
             assert wh.scalar(f"SELECT count(*) FROM {table} WHERE session_id = 'proj/gone'") == 0, table
         assert wh.scalar("SELECT count(*) FROM session_summaries") == 1  # the kept session's
-        assert [r["path"] for r in wh.indexed_paths()] == [str(keep.resolve())]
     assert memory.search("bloom filter", session_id="proj/gone") == []  # the reader sees the new snapshot
     assert {r.session_id for r in memory.search("bloom filter LRU cache")} == {"proj/keep"}

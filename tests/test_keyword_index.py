@@ -69,18 +69,25 @@ def test_many_small_updates_score_like_a_fresh_build_and_like_duckdb_fts(tmp_pat
                 continue
             _write_session(wh, session, chunks)
         incremental = {q: _scores(wh, q) for q in QUERIES}
+        incremental_rows = _index_rows(wh)
         fts = {q: _fts_scores(wh, q) for q in QUERIES}
 
     with Warehouse(tmp_path / "fresh.duckdb") as fresh:
         with fresh.transaction():
             fresh.insert("chunks", [c for chunks in sessions.values() for c in chunks])
-        fresh.ensure_keyword_index()
+            fresh.sync_keyword_index("chunks")
         assert fresh.compact_keyword_index(force=True)
         scratch = {q: _scores(fresh, q) for q in QUERIES}
+        scratch_rows = _index_rows(fresh)
 
     assert all(incremental[q] for q in QUERIES)
     assert incremental == scratch
+    assert incremental_rows == scratch_rows
     assert incremental == fts
+
+
+def _index_rows(wh: Warehouse) -> dict[str, list[tuple]]:
+    return {table: sorted(wh.conn.execute(f"FROM {table}").fetchall()) for table in ("kw_terms", "kw_docs", "kw_postings")}
 
 
 def test_filtered_search_keeps_only_the_documents_in_scope(tmp_path: Path) -> None:

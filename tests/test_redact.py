@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +13,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sessionmem_pipeline.core import redact as redact_module
 from sessionmem_pipeline.core.redact import SecretMatch, find_secrets, redact
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "tests" / "fixtures" / "redaction"
+CORPUS = ROOT / "benchmarks" / "redaction_corpus"
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("redaction_benchmark", ROOT / "benchmarks" / "redaction.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCHMARK = _load_benchmark()
+TUNING_SECRETS = BENCHMARK.load_secret_entries(CORPUS / "tuning" / "secrets.txt")
+TUNING_CLEAN = BENCHMARK.load_clean_lines(CORPUS / "tuning" / "clean.txt")
 
 GITHUB_TOKEN = "ghp_FAKEqcvGtAtIfNGpak8uNyPAbtVhbOrzUQ04"
 OPENAI_KEY = "sk-proj-FAKEUj9aYV0EaSYkJ9ntIYgbU1qKwrBN58kx5J4aB16B1Cc9HVfvOZIj"
@@ -33,11 +49,18 @@ PEM = (
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE", "export AWS_ACCESS_KEY_ID=[REDACTED:aws-key]"),
+        ("export AWS_ACCESS_KEY_ID=AKIAFAKE7Q2MZKD4RW6N", "export AWS_ACCESS_KEY_ID=[REDACTED:aws-key]"),
         (
-            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "aws_secret_access_key = FAKEy7Rq/2Lm9XvB3nK8pW+JdS4tHcE6uA1oZiGf",
             "aws_secret_access_key = [REDACTED:aws-key]",
         ),
+        ("the password is Kestrel-4471", "the password is [REDACTED:password]"),
+        ("sshpass -p 'r00t!2024' scp a.tgz ops@backup:/srv/", "sshpass -p '[REDACTED:password]' scp a.tgz ops@backup:/srv/"),
+        (
+            "https://acme.blob.core.windows.net/c/f?sv=2022-11-02&sp=r&sig=FAKEr2r7rIbLhSDAw0ryvr0dTD%3D",
+            "https://acme.blob.core.windows.net/c/f?sv=2022-11-02&sp=r&sig=[REDACTED:azure-key]",
+        ),
+        ("Authorization: SSWS 00FAKEkJ9Uc_erNPeC53_WRPUEeVRvvXrg0AKGM4Ll", "Authorization: SSWS [REDACTED:password]"),
         (f"client = OpenAI(api_key=\"{OPENAI_KEY}\")", 'client = OpenAI(api_key="[REDACTED:openai-key]")'),
         (
             "ANTHROPIC_API_KEY=sk-ant-api03-FAKEqfYM89I1z7dDoiwRS9ozF15k_RKame6CtaOX9om5Ap4pVi7ES-FAKEAA",
@@ -48,7 +71,7 @@ PEM = (
             "git remote set-url origin https://[REDACTED:github-token]@github.com/acme/app.git",
         ),
         (
-            "github_pat_11FAKE0000hijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_abcdefghijklmnop",
+            "github_pat_11FAKE0000pLIix6MEOLeMa61EqJomTEI1JEzO3joOj37HyVaQXekW9LctXb03rEMU64yT",
             "[REDACTED:github-token]",
         ),
         (
@@ -57,11 +80,11 @@ PEM = (
         ),
         (
             "curl https://hooks.slack.com/services/T00000000/B00000000/FAKEXXXXXXXXXXXXXXXXXXXX",
-            "curl https://hooks.slack.com/services/[REDACTED:slack-token]",
+            "curl https://hooks.slack.com/services/[REDACTED:webhook-url]",
         ),
-        ('stripe.api_key = "sk_test_4eCFAKE0123456789abcdefg"', 'stripe.api_key = "[REDACTED:stripe-key]"'),
-        ("STRIPE_WEBHOOK_SECRET=whsec_FAKE0123456789abcdefghijklmnop", "STRIPE_WEBHOOK_SECRET=[REDACTED:stripe-key]"),
-        ("key=AIzaSyFAKE0123456789abcdefghijklmnopqrs&callback=init", "key=[REDACTED:google-api-key]&callback=init"),
+        ('stripe.api_key = "sk_test_4eCFAKEarXpwbwpiQuB7lWNO"', 'stripe.api_key = "[REDACTED:stripe-key]"'),
+        ("STRIPE_WEBHOOK_SECRET=whsec_FAKE9ETDwpqIXTXEnEjzGLHP9QvWK5eN", "STRIPE_WEBHOOK_SECRET=[REDACTED:stripe-key]"),
+        ("key=AIzaSyFAKEs_GHgt_O_X9nb4fBb4qEDoHnPiqQ0&callback=init", "key=[REDACTED:google-api-key]&callback=init"),
         (f"$ cat ~/.ssh/id_rsa\n{PEM}\n$ ls", "$ cat ~/.ssh/id_rsa\n[REDACTED:private-key]\n$ ls"),
         (f'"private_key": "{PEM}"'.replace("\n", "\\n"), '"private_key": "[REDACTED:private-key]"'),
         (f"Authorization: Bearer {JWT}", "Authorization: Bearer [REDACTED:jwt]"),
@@ -124,6 +147,12 @@ def test_each_pattern_is_redacted_with_its_kind(text: str, expected: str) -> Non
         'end_token = "}"',
         "token.markup = '>'",
         "self, msg: str | bytes, key: Ed25519PrivateKey | Ed448PrivateKey",
+        "export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",  # AWS's documented example
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "GITLAB_TOKEN=glpat-xxxxxxxxxxxxxxxxxxxx",
+        "DIGITALOCEAN_ACCESS_TOKEN=dop_v1_<your-token>",
+        "the password is wrong, try again",
+        "The password is stored in Vault under secret/data/app/db.",
     ],
 )
 def test_code_that_handles_secrets_is_left_alone(text: str) -> None:
@@ -131,7 +160,7 @@ def test_code_that_handles_secrets_is_left_alone(text: str) -> None:
 
 
 def test_find_secrets_reports_kinds_and_spans() -> None:
-    text = f"token={GITHUB_TOKEN} and AKIAIOSFODNN7EXAMPLE"
+    text = f"token={GITHUB_TOKEN} and AKIAFAKE7Q2MZKD4RW6N"
     start = text.index("ghp_")
     assert find_secrets(text) == [
         SecretMatch("github-token", start, start + len(GITHUB_TOKEN)),
@@ -147,10 +176,44 @@ def test_a_url_password_keeps_user_and_host() -> None:
 
 
 def test_redacting_twice_equals_redacting_once_on_both_corpora() -> None:
-    for name in ("secrets.txt", "clean.txt"):
-        text = (FIXTURES / name).read_text(encoding="utf-8").replace("⟦", "").replace("⟧", "")
+    for path in sorted(CORPUS.glob("*/*.txt")):
+        text = path.read_text(encoding="utf-8").replace("⟦", "").replace("⟧", "")
         once = redact(text)
-        assert redact(once) == once, name
+        assert redact(once) == once, path
+
+
+@pytest.mark.parametrize("entry", TUNING_SECRETS, ids=lambda e: f"{e.line}-{e.secrets[0].kind}")
+def test_every_kind_is_caught_in_each_of_its_contexts(entry) -> None:
+    found = find_secrets(entry.text)
+    for secret in entry.secrets:
+        assert any(f.start <= secret.start and secret.end <= f.end for f in found), redact(entry.text)
+
+
+@pytest.mark.parametrize("clean", TUNING_CLEAN, ids=lambda c: f"{c.line}")
+def test_clean_look_alikes_are_untouched(clean) -> None:
+    assert redact(clean.text) == clean.text
+
+
+def test_the_tuning_half_covers_the_kinds_missed_before() -> None:
+    kinds = {secret.kind for entry in TUNING_SECRETS for secret in entry.secrets}
+    assert len(kinds) >= 40
+    assert kinds >= {
+        "gitlab-token", "npm-token", "okta-token", "sendgrid-key", "mailgun-key", "docker-pat", "docker-config-auth",
+        "vault-token", "digitalocean-token", "telegram-bot-token", "discord-bot-token", "azure-sas",
+        "twilio-auth-token", "prose-password", "sshpass", "shopify-token",
+    }
+
+
+def test_every_rule_has_bounded_repetition() -> None:
+    """No open-ended counted repetition (`{n,}`) and a bounded name window: cost stays linear in the line."""
+    for rule in redact_module._RULES:
+        assert not re.search(r"\{\d+,\}", rule.pattern.pattern), rule.pattern.pattern
+
+
+def test_a_secret_at_the_end_of_a_huge_line_is_found() -> None:
+    filler = "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo" * 30_000  # a megabyte of base64-looking text, one line
+    text = f"{filler} token=ghp_FAKEqcvGtAtIfNGpak8uNyPAbtVhbOrzUQ04"
+    assert redact(text).endswith("token=[REDACTED:github-token]")
 
 
 @settings(max_examples=200, deadline=None)
@@ -185,7 +248,7 @@ def test_redaction_is_idempotent_on_arbitrary_text(text: str) -> None:
     assert redact(once) == once
 
 
-def test_clean_corpus_stays_untouched_and_secrets_corpus_is_caught() -> None:
+def test_benchmark_reports_both_halves() -> None:
     """The measurement the closing note reports: `python benchmarks/redaction.py --json`."""
     completed = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "redaction.py"), "--json"],
@@ -195,19 +258,22 @@ def test_clean_corpus_stays_untouched_and_secrets_corpus_is_caught() -> None:
         cwd=ROOT,
     )
     figures = json.loads(completed.stdout)
-    assert figures["secret_entries"] >= 60
-    assert figures["clean_lines"] >= 150
-    assert figures["clean_altered"] == 0, figures["false_positives"]
-    assert figures["catch_rate"] >= 0.95, figures["misses"]
-    assert set(figures["by_kind"]) >= {
-        "aws-key",
-        "openai-key",
-        "anthropic-key",
-        "github-token",
-        "slack-token",
-        "stripe-key",
-        "google-api-key",
-        "private-key",
-        "jwt",
-        "password",
-    }
+    assert figures["redaction_version"] == redact_module.REDACTION_VERSION
+    report, tuning = figures["report"], figures["tuning"]
+    assert report["secrets"] + tuning["secrets"] >= 150
+    assert len(report["by_kind"]) >= 40
+    assert report["clean_lines"] + tuning["clean_lines"] >= 200
+    assert tuning["catch_rate"] == 1.0, tuning["misses"]
+    assert tuning["clean_altered"] == 0, tuning["false_positives"]
+    assert report["catch_rate"] >= 0.98  # floor against regressions (version 3 measured 0.983); the target is 0.99
+    assert report["false_positive_rate"] <= 0.035  # version 3 measured 0.030 (11/362); the target is 0.01
+
+
+def test_routine_benchmark_output_hides_the_report_half_failures(capsys) -> None:
+    """Reading the report half's failing lines is tuning on them: they print only with `--show-misses`."""
+    BENCHMARK.main([])
+    table = capsys.readouterr().out
+    BENCHMARK.main(["--json"])
+    figures = json.loads(capsys.readouterr().out)
+    assert "REPORT half" in table and "report missed" not in table and "report altered" not in table
+    assert figures["report"]["misses"] == [] and figures["report"]["false_positives"] == []

@@ -449,3 +449,61 @@ def test_due_thresholds_are_configurable_and_undated_sessions_count_as_idle() ->
     assert summary_is_due(last_message_at=eleven_minutes_ago, now=now, new_messages_since_summary=1, idle_minutes=10)
     assert summary_is_due(last_message_at=now, now=now, new_messages_since_summary=5, message_threshold=5)
     assert summary_is_due(last_message_at=None, now=now, new_messages_since_summary=1)
+
+
+# ---- noise: spliced quotes, placeholder topics, assent taken for a decision (issue 17) ---------------------------
+
+
+def test_a_quote_of_sentences_that_do_not_follow_each_other_marks_the_gap() -> None:
+    request = (
+        "Hi there, I hope the week started well for everyone on the team and that the release went fine. "
+        "Can you move the nightly export job to a later hour so it stops colliding with the backup window? "
+        "The backup runs from two to three in the morning and locks the orders table for the whole hour. "
+        "It has been failing for a week now and the analytics people keep asking me about the missing numbers. "
+        "Please update the runbook page in the wiki so the on-call person knows about the new schedule."
+    )
+    summary = summarize_session([message(0, "user", request), message(1, "assistant", "Sure, moving it to 04:00.")])
+
+    assert (
+        '"Can you move the nightly export job to a later hour so it stops colliding with the backup window? … '
+        'Please update the runbook page in the wiki' in summary.overview
+    )
+
+
+def test_redaction_markers_and_markup_are_neither_topics_nor_key_points() -> None:
+    messages = [
+        message(0, "user", "Rotate the deploy token in the billing service: [redacted text len=40 sha256=9f2c1ab3]."),
+        message(1, "assistant", "<file_photo>"),
+        message(2, "assistant", "Rotated the billing service deploy token [REDACTED:github-token] len=40 sha=9f2c1a."),
+        message(3, "user", "Thanks. Does the billing service pick up the new deploy token without a restart?"),
+    ]
+    summary = summarize_session(messages)
+
+    assert not {"len", "sha", "text-len", "len-sha", "redacted", "file-photo"} & set(summary.topics)
+    assert "billing-service" in summary.topics or "deploy-token" in summary.topics
+    assert not any("<file_photo>" in point for point in summary.key_points)
+
+
+def test_assent_to_go_on_is_not_a_decision_but_a_dropped_version_is() -> None:
+    messages = [
+        message(0, "user", "Should we keep supporting MySQL 5.7 in the installer?"),
+        message(1, "assistant", "Only 2% of installs use it and it is past end of life."),
+        message(2, "user", "ok continue"),
+        message(3, "assistant", "We're dropping 5.7."),
+        message(4, "user", "Thanks, I'll keep an eye on it."),
+    ]
+    decisions = summarize_session(messages).decisions
+
+    context = "Only 2% of installs use it and it is past end of life."
+    assert decisions == (f'Assistant: We\'re dropping 5.7. (re: "{context}")',)
+
+
+def test_the_llm_summary_keeps_no_marker_or_hash_tags(openai_server: OpenAICompatibleServer) -> None:
+    tags = ["Billing Service", "text-len", "len-sha", "9f2c1ab3e4", "discussion"]
+    openai_server.enqueue(CHAT, llm_reply(topics=tags))
+    messages = [message(0, "user", "Rotate the billing deploy token."), message(1, "assistant", "Rotated it.")]
+
+    summary = summarize_session(messages, llm=chat_model(openai_server))
+
+    assert summary.topics == ("billing-service",)
+    assert summary.model == "llama-test"

@@ -176,21 +176,12 @@ def test_unknown_format_error_names_the_file_and_what_was_expected() -> None:
     assert message.endswith("the first JSON line has keys ['event']")
 
 
-def test_a_gemini_session_gets_a_hint() -> None:
+def test_a_gemini_session_anywhere_is_read_as_gemini() -> None:
     gemini = json.dumps({"sessionId": "s", "messages": [{"id": "1", "type": "user", "content": "hi"}]}).encode()
 
     report = validate_file("/g/session-1.json", "/g", gemini, final=True)
 
-    assert report.quarantine_reason == "unknown format"
-    assert report.errors == ("/g/session-1.json: looks like a Gemini CLI session, which sessionmem does not read yet",)
-
-
-@pytest.mark.parametrize("nested", [b"[" * 5000 + b"]" * 5000, b'{"a":' * 5000 + b"1" + b"}" * 5000])
-def test_json_nested_too_deeply_to_read_is_quarantined_not_a_crash(nested: bytes) -> None:
-    report = validate_file(PATH, ROOT, lines(good_line(1), nested), final=True)
-
-    assert report.quarantine_reason == "invalid JSON"
-    assert "nested too deeply" in report.errors[0]
+    assert report.valid and report.format == "gemini" and report.lines == 1
 
 
 def test_a_byte_order_mark_is_tolerated() -> None:

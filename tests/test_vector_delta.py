@@ -55,6 +55,8 @@ def _maintain(path: Path) -> tuple[str, int, int]:
 
 
 def _nearest(path: Path, vector: list[float], filters: Filters) -> str:
+    """The best chunk for `vector` as a reader finds it in the snapshot published from `path`."""
+    warehouse.publish_snapshot(path)
     memory = SessionMemory(settings=load_settings(None, {"warehouse": str(path)}, env={}, cwd=path.parent, home=path.parent))
     embedder = FixedEmbedder()
     embedder.vector = vector

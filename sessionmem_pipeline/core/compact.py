@@ -131,7 +131,7 @@ class CompactionStats:
     tokens_after: int
     summarized_messages: int
     summarized_tokens: int  # tokens of the messages our summaries replace
-    summary_tokens: int
+    summary_tokens: int  # tokens our summaries take in the context: content, range lines, files modified
     target_compression: float
     topics: tuple[str, ...] = ()
     files_modified: tuple[str, ...] = ()
@@ -331,8 +331,6 @@ def _extractive_items(
     for n, decision in enumerate(decisions):
         items.append(_Item(2 + n, 100 + n, f"Decision: {decision}"))
     usage = summarize_tools(collapsed)
-    if usage.files_modified:
-        items.append(_Item(8, 200, f"Files modified: {', '.join(usage.files_modified)}"))
     if usage.commands:
         shown = ", ".join(f"`{clip_line(c, 60)}`" for c in usage.commands[:3])
         items.append(_Item(30, 201, f"Commands run ({len(usage.commands)}): {shown}"))
@@ -458,18 +456,40 @@ def _metadata(messages: Sequence[Message]) -> SessionMetadata:
     )
 
 
+_CONTEXT_HEADER = "Previous conversation context:"
+
+
 def format_summaries(summaries: Sequence[ConversationSummary]) -> str:
     """The system message that carries summaries into the context (spec 002 formatSummariesForContext)."""
-    parts = ["Previous conversation context:"]
-    for summary in summaries:
-        by = "summarized by the agent" if summary.source == SOURCE_AGENT else "summarized"
-        span = summary.covering_messages
-        where = f"messages {span[0] + 1}-{span[1] + 1}, {by}" if span else by
-        block = f"--- Earlier in conversation ({where}) ---\n{summary.content}"
-        if summary.files_modified:
-            block += f"\nFiles modified: {', '.join(summary.files_modified)}"
-        parts.append(block)
-    return "\n\n".join(parts)
+    blocks = [_summary_block(s.content, s.covering_messages, s.source, s.files_modified) for s in summaries]
+    return "\n\n".join([_CONTEXT_HEADER, *blocks])
+
+
+def _summary_block(content: str, span: tuple[int, int] | None, source: str, files: Sequence[str]) -> str:
+    """One summary as the context carries it: its range, its content, then the files it modified (listed here
+    only, never in the content too)."""
+    by = "summarized by the agent" if source == SOURCE_AGENT else "summarized"
+    where = f"messages {span[0] + 1}-{span[1] + 1}, {by}" if span else by
+    block = f"--- Earlier in conversation ({where}) ---\n{content}"
+    return block + (f"\nFiles modified: {', '.join(files)}" if files else "")
+
+
+def _carried_tokens(summaries: Sequence[ConversationSummary]) -> int:
+    """Tokens the summaries take in the context: content, range lines and files modified."""
+    blocks = [_summary_block(s.content, s.covering_messages, s.source, s.files_modified) for s in summaries]
+    return count_tokens("\n\n".join(blocks))
+
+
+def _content_budget(
+    config: SummarizationConfig, messages: Sequence[Message], positions: Sequence[int], costs: Mapping[str, int]
+) -> int:
+    """Tokens the content of a summary of the messages at `positions` may take: the target share of what it
+    replaces, less what the context adds around it (range line, files modified), so that the summary as carried
+    meets the target. At least 1: a budget the framing alone exceeds shows as a missed target in the stats."""
+    selected = [messages[i] for i in positions]
+    files = summarize_tools(collapse_messages(selected)).files_modified
+    framing = count_tokens(_summary_block("", _span(positions), SOURCE_SESSIONMEM, files))
+    return max(int(config.target_compression * sum(costs[m.message_id] for m in selected)) - framing, 1)
 
 
 def _assemble(
@@ -568,7 +588,7 @@ def compact(
 
     ours = _summaries(messages, summarized, config, llm, now, costs)
     summarized_tokens = sum(costs[messages[i].message_id] for i in summarized)
-    summary_tokens = sum(s.token_count for s in ours)
+    summary_tokens = _carried_tokens(ours)
     if not any(s.content for s in ours):
         return unchanged("the older messages hold nothing to summarize within the target")
     if summary_tokens >= summarized_tokens:
@@ -629,7 +649,7 @@ def _summaries(
             pass  # the extractive summary below: compaction must not fail because the model did
     selected = [messages[i] for i in positions]
     collapsed = collapse_messages(selected)
-    budget = int(config.target_compression * sum(costs[m.message_id] for m in selected))
+    budget = _content_budget(config, messages, positions, costs)
     decisions = _decisions([m.text for m in collapsed if m.role in ("user", "assistant")])
     content = _extractive_content(_extractive_items(selected, collapsed, decisions), budget)
     return [_summary(messages, positions, content, decisions, collapsed, now, None)]
@@ -652,7 +672,7 @@ def _model_summaries(
     for n, part in enumerate(parts):
         # Each summary replaces a contiguous range: messages that collapse to nothing go with the part before them.
         part_positions = [i for i in positions if (n == 0 or i > ends[n - 1]) and i <= ends[n]]
-        budget = int(config.target_compression * sum(costs[messages[i].message_id] for i in part_positions))
+        budget = _content_budget(config, messages, part_positions, costs)
         content, decisions = _llm_summary(llm, part, budget)
         summaries.append(_summary(messages, part_positions, content, decisions, part, now, llm.model))
     return summaries
@@ -709,6 +729,24 @@ def _humanized(tag: str) -> str:
     return words[:1].upper() + words[1:]
 
 
+def _share(ratio: float) -> str:
+    """A ratio as a percentage that does not round small ones away: 0.9%, 12%."""
+    return f"{ratio:.1%}" if ratio < 0.1 else f"{ratio:.0%}"
+
+
+def render_context(session: SummarizedSession) -> str:
+    """The context to send next, for people: each message with its role, tool calls as their one-line narration;
+    messages with nothing to show (a bare tool result, an empty turn) are left out rather than printed empty."""
+    blocks = []
+    for message in session.context():
+        text = message.text.strip()
+        if message.kind == KIND_MESSAGE and message.role != "system":
+            text = "\n".join(c.text for c in collapse_messages([message]) if c.text.strip()).strip()
+        if text:
+            blocks.append(f"[{message.role}] {text}")
+    return "\n\n".join(blocks)
+
+
 def render_stats_box(session: SummarizedSession) -> str:
     """Spec 002's "Session Summary" box: messages before and after, tokens saved, topics, files, commands, decisions."""
     stats = session.stats
@@ -716,11 +754,12 @@ def render_stats_box(session: SummarizedSession) -> str:
     rows = [f"Messages: {stats.messages_before} → {stats.messages_after} ({reduction:.0%} reduction)"]
     rows.append(f"Tokens saved: ~{stats.tokens_saved:,}")
     if stats.summary_ratio is not None:
-        mark = "met" if stats.met_target else "missed"
         rows.append(
-            f"Summary: {stats.summary_tokens:,} tokens for {stats.summarized_tokens:,} "
-            f"({stats.summary_ratio:.0%}, target {stats.target_compression:.0%} {mark})"
+            f"Summary: {stats.summary_tokens:,} tokens in place of {stats.summarized_tokens:,} "
+            f"({_share(stats.summary_ratio)} of them)"
         )
+        verdict = "met" if stats.met_target else "missed"
+        rows.append(f"Target: summary at most {_share(stats.target_compression)} of what it replaces: {verdict}")
     if not session.compacted:
         rows.append(f"Not compacted: {session.reason}")
     if stats.topics:

@@ -59,10 +59,12 @@ _DECISION_CUES = re.compile(
     r"""
     \blet'?s\s+(?:go|stick|run|roll)\s+with\b
   | \blet'?s\s+(?:use|pick|choose|keep|adopt|switch\s+to)\b
-  | \b(?:we|i|the\s+team|they)(?:'re|\s+are|'m|\s+am)\s+(?:keeping|staying\s+with|switching\s+to)\b
+  | \b(?:we|i|the\s+team|they)(?:'re|\s+are|'m|\s+am)\s+(?:keeping|staying\s+with|switching\s+to|dropping|moving\s+to|
+        deprecating|standardi[sz]ing\s+on)\b
   | \b(?:going|sticking)\s+with\b(?!\s+the\s+flow)
   | \b(?:went|go)\s+with\b(?!\s+the\s+flow)
-  | \b(?:we|i)(?:'ll|\s+will)\s+(?:use|go\s+with|stick\s+with|keep|switch\s+to|adopt|rely\s+on|pick|choose)\b
+  | \b(?:we|i)(?:'ll|\s+will)\s+(?:use|go\s+with|stick\s+with|keep(?!\s+(?:an\s+eye|in\s+mind|you|track|going|trying|
+        looking|it\s+up))|switch\s+to|adopt|rely\s+on|pick|choose|drop)\b
   | \b(?:decided|agreed|settled|chose|chosen|picked|opted|concluded)\b
   | \bsettle[sd]?\s+(?:it|this|on)\b
   | \b(?:the|our|my)\s+plan\s+is\b | \bis\s+the\s+plan\b
@@ -75,6 +77,8 @@ _DECISION_CUES = re.compile(
 )
 # "SQLite it is." / "right, 404 it is" — a short sentence naming the option, then "it is".
 _IT_IS_CHOICE = re.compile(_LABEL + r"(?:\w+,\s+)?((?:\S+\s+){1,3})it\s+is[.!]*$", re.IGNORECASE)
+# "bottom tabs, good." — a short reply naming the option, then approving it.
+_GOOD_CHOICE = re.compile(_LABEL + r"((?:\S+\s+){0,2}\S+),\s+(?:good|great|perfect|fine)[.!]*$", re.IGNORECASE)
 # "Zod then." — a reply of one to three words naming an option, then "then".
 _THEN_CHOICE = re.compile(_LABEL + r"(?:\w+,\s+)?(\S+(?:\s+\S+){0,3})\s+then[.!]*$", re.IGNORECASE)
 # "so I implemented the per-thread cache instead." — what was done in place of the alternative.
@@ -90,7 +94,9 @@ _AFFIRMATION = re.compile(_LABEL + r"(?:yes|yep|yup|yeah|ok|okay|fine|agreed|dea
 _NOT_AN_OPTION = frozenset(
     "i you we it that this there here thanks thank cool great nice good perfect got noted sure understood "
     "right true exactly makes ok okay alright well bye later soon now what whatever how why where when as "
-    "which so because is just then".split()
+    "which so because is just then "
+    # assent to go on ("ok continue", "yes please do it") approves the next step, it names no option
+    "continue continuing proceed carry go on ahead please thx ty next more".split()
 )
 _MAX_ECHO_WORDS = 4
 
@@ -103,7 +109,7 @@ def _settled(sentence: str, cue_start: int) -> bool:
 
 
 def _is_named_choice(sentence: str) -> bool:
-    match = _IT_IS_CHOICE.match(sentence) or _THEN_CHOICE.match(sentence)
+    match = _IT_IS_CHOICE.match(sentence) or _THEN_CHOICE.match(sentence) or _GOOD_CHOICE.match(sentence)
     return match is not None and _names_an_option(match.group(1))
 
 

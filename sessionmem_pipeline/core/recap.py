@@ -1,6 +1,20 @@
-"""Session recap (spec 004): what the previous session was doing, its plan and unfinished work, under a token budget.
+"""Session recap (spec 004, issue 17): what the previous session set out to do, where it stood at the end and what is
+open, under a token budget, every line citing the messages it comes from.
 
-Pipeline: the session's chunks (exchanges of collapsed, redacted messages) are scored
+Shape, in this order:
+- Goal: the person's requests in their words, latest first: the latest request, and earlier ones the assistant
+  worked on (called tools for): the latest of those and the first. Slash commands, injected text and messages of
+  fewer than MIN_REQUEST_WORDS words ("ok", "/mcp", "show tools") are not requests; a question in passing is not a
+  goal.
+- Outcome / state at the end: the reply to each goal (its opening sentences), latest first; for the latest turn also
+  the terms its last texts stressed (bold, code spans), the steps before the reply, and the shell commands that
+  changed state (installs, commits, pushes).
+- Decisions: decisions stated in the session's most telling chunks (below).
+- Open items / next steps: how the session ended when it stopped mid-work (`core.ending.session_ending`), what the
+  final reply leaves open or proposes, and what was announced or failed in the last chunk and never done.
+- Files touched: every file a state-changing tool call changed, once, with the kind of change, latest first.
+
+Decisions and open items come from the session's chunks, scored
 
     score = novelty x centrality x recency x action_weight
 
@@ -12,21 +26,16 @@ Pipeline: the session's chunks (exchanges of collapsed, redacted messages) are s
   the end;
 - action weight: 1 + alpha x the chunk's consequential tool calls (edits, writes, remembers, state-changing commands).
 
-The top chunks (those scoring at least MIN_RELATIVE_SCORE of the best) are read in score order, each condensed into
-cited lines (its opening request, its decisions, what was left open in the session's last chunk, its outcome, the
-changes it made), and lines are taken while the whole recap stays within the budget (cl100k tokens of
-`Recap.text`). The recap leads with "Working on", "Decisions / plan" and "Unfinished"; "Done so far" comes last.
-A session that ended abruptly (killed mid-tool-call, no final answer) says so first under "Unfinished". With a
-chat model the lines may be rewritten, from the selected chunks only: every rewritten line must cite ids of those
-chunks, else the extractive recap stands.
+Lines are taken in priority order (the latest request, the mid-work end, the latest outcome, the files, earlier goals
+and outcomes, then chunk lines in score order) while the whole recap stays within the budget (cl100k tokens of
+`Recap.text`); text from messages is redacted before it is clipped. With a chat model the lines may be rewritten,
+from the selected chunks only: every rewritten line must cite ids of those chunks, else the extractive recap stands.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,7 +44,8 @@ from typing import Any
 import numpy as np
 
 from sessionmem_pipeline.core.chunk import DEFAULT_MAX_TOKENS, chunk_session
-from sessionmem_pipeline.core.collapse import collapse_messages, collapse_tool_call
+from sessionmem_pipeline.core.collapse import collapse_messages
+from sessionmem_pipeline.core.ending import SessionEnding, session_ending
 from sessionmem_pipeline.core.flags import has_action, has_decision, shell_command_changes_state
 from sessionmem_pipeline.core.llm_protocol import ChatModel, LLMError
 from sessionmem_pipeline.core.models import (
@@ -49,6 +59,7 @@ from sessionmem_pipeline.core.models import (
     ToolRecord,
 )
 from sessionmem_pipeline.core.redact import redact
+from sessionmem_pipeline.core.textrank import textrank, tfidf_rows
 from sessionmem_pipeline.core.tokens import count_tokens, truncate_to_tokens
 
 DEFAULT_BUDGET = 800
@@ -65,11 +76,26 @@ _MIN_LINE_TOKENS = 8  # a bullet, a few words and a citation: with less room lef
 LLM_INPUT_TOKENS = 6000
 """Cap on the excerpts sent to the model: the selected chunks of one recap, rarely more than a few thousand."""
 
-SECTION_WORKING = "Working on"
-SECTION_PLAN = "Decisions / plan"
-SECTION_UNFINISHED = "Unfinished"
-SECTION_DONE = "Done so far"
-SECTIONS = (SECTION_WORKING, SECTION_PLAN, SECTION_UNFINISHED, SECTION_DONE)
+SECTION_GOAL = "Goal"
+SECTION_OUTCOME = "Outcome / state at the end"
+SECTION_DECISIONS = "Decisions"
+SECTION_OPEN = "Open items / next steps"
+SECTION_FILES = "Files touched"
+SECTIONS = (SECTION_GOAL, SECTION_OUTCOME, SECTION_DECISIONS, SECTION_OPEN, SECTION_FILES)
+LATEST_FIRST = frozenset({SECTION_GOAL, SECTION_OUTCOME})
+"""Sections read latest first: the current request and the state at the end lead."""
+MAX_GOALS = 3
+MIN_REQUEST_WORDS = 3
+"""A shorter message ("ok", "yes", "show tools") acknowledges or steers; it is not a goal."""
+FILES_PER_LINE = 6
+GOAL_CHARS = 320
+"""A request is the recap's most telling line: it may run longer than the others."""
+COMMANDS = 5
+COMMAND_CHARS = 60
+PROGRESS_TEXTS = 4
+"""The latest turn's last assistant texts read for its state: the reply and the steps before it."""
+KEY_TERM_LINES = (2, 1)
+"""Lines of stressed terms (bold, code) from the latest reply and the one before it."""
 
 
 # ---- records -------------------------------------------------------------------------------------------------
@@ -88,15 +114,6 @@ class RecapChunk:
     has_action: bool = False
     timestamp: datetime | None = None  # informative: recency is positional (spec 004), sessions have no clock gaps
     speakers: tuple[str, ...] = ()  # the chunk's speaker labels; they tell message starts from "Note: ..." lines
-
-
-@dataclass(frozen=True)
-class SessionEnding:
-    """How the session ended; an abrupt end (killed mid-tool-call, no final answer) is unfinished work."""
-
-    abrupt: bool
-    description: str = ""
-    message_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -170,45 +187,15 @@ def _novelty(chunks: Sequence[RecapChunk], references: Sequence[Sequence[float]]
 _TERM = re.compile(r"[a-z][a-z0-9_]{2,}")
 
 
-def _tfidf_rows(texts: Sequence[str]) -> np.ndarray:
-    """TF-IDF rows scaled to unit length, keeping only the columns that can link two chunks.
-
-    A term in every chunk weighs nothing (speaker labels, filler) and a term in one chunk links nothing, so
-    neither gets a column; they still count in each row's length. This keeps the matrix small for long sessions.
-    """
-    counts = [Counter(_TERM.findall(text.lower())) for text in texts]
-    document_frequency = Counter(term for count in counts for term in count)
-    shared = sorted(term for term, df in document_frequency.items() if 1 < df < len(texts))
-    columns = {term: i for i, term in enumerate(shared)}
-    matrix = np.zeros((len(texts), len(columns)), dtype=np.float32)
-    for row, count in enumerate(counts):
-        weights = {
-            term: (1 + math.log(n)) * math.log(len(texts) / document_frequency[term]) for term, n in count.items()
-        }
-        norm = math.sqrt(sum(w * w for w in weights.values()))
-        for term in count.keys() & columns.keys():
-            matrix[row, columns[term]] = weights[term] / norm
-    return matrix
-
-
 def _centrality(chunks: Sequence[RecapChunk]) -> list[float]:
-    n = len(chunks)
-    if n <= 1:
-        return [1.0] * n
     vectors = [chunk.vector for chunk in chunks]
-    rows = _unit_rows(vectors) if all(v is not None for v in vectors) else _tfidf_rows([c.content for c in chunks])
-    similarity = np.clip(rows @ rows.T, 0.0, None)
-    np.fill_diagonal(similarity, 0.0)
-    out_weight = similarity.sum(axis=1, keepdims=True)
-    # A chunk linked to nothing hands its rank to every chunk alike (the usual PageRank treatment of dangling nodes).
-    transition = np.where(out_weight > 0, similarity / np.where(out_weight > 0, out_weight, 1.0), 1.0 / n)
-    rank = np.full(n, 1.0 / n)
-    for _ in range(200):
-        updated = (1 - DAMPING) / n + DAMPING * (transition.T @ rank)
-        if np.abs(updated - rank).sum() < 1e-10:
-            rank = updated
-            break
-        rank = updated
+    if len(chunks) <= 1:
+        return [1.0] * len(chunks)
+    if all(v is not None for v in vectors):
+        rows = _unit_rows(vectors)
+    else:
+        rows = tfidf_rows([_TERM.findall(c.content.lower()) for c in chunks])
+    rank = textrank(rows, DAMPING)
     return [float(r) for r in rank / rank.max()]
 
 
@@ -236,32 +223,6 @@ def score_chunks(
         ChunkScore(c.chunk_index, novelty[i], centrality[i], recency[i], 1 + alpha * c.consequential_tool_calls)
         for i, c in enumerate(ordered)
     ]
-
-
-# ---- how the session ended -----------------------------------------------------------------------------------
-
-_CONVERSATION_ROLES = frozenset({"user", "assistant", "tool"})
-
-
-def detect_ending(messages: Sequence[Message]) -> SessionEnding:
-    """Whether the session stopped mid-work: its last message is a tool call that never returned, tool output with
-    no answer after it, or (in a session where the assistant used tools, so a reply was due) a user request with
-    no reply. A human conversation that ends on a person's message is not abrupt."""
-    conversation = [m for m in messages if m.kind == KIND_MESSAGE and m.role in _CONVERSATION_ROLES]
-    if not conversation:
-        return SessionEnding(abrupt=False)
-    last = conversation[-1]
-    pending = [call for call in last.tool_calls if call.output is None]
-    if pending:
-        line = collapse_tool_call(pending[0], last.cwd).line or f"called {pending[0].name}"
-        return SessionEnding(True, f"Session ended during a tool call that never returned: {line}", last.message_id)
-    if last.role == "tool" or (last.role == "assistant" and last.tool_calls):
-        description = "Session ended after a tool call, with no final assistant message."
-        return SessionEnding(True, description, last.message_id)
-    agent_session = any(m.role == "assistant" and m.tool_calls for m in conversation)
-    if last.role == "user" and agent_session:
-        return SessionEnding(True, "Session ended before the last request got a reply.", last.message_id)
-    return SessionEnding(abrupt=False)
 
 
 # ---- from chunks and collapsed messages ------------------------------------------------------------------------
@@ -368,6 +329,12 @@ def split_sentences(line: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(line) if s.strip()]
 
 
+def request_text(text: str) -> str:
+    """A request as the person put it: its first sentences, up to GOAL_CHARS."""
+    sentences = [s for line in prose_lines(text) for s in split_sentences(line)]
+    return clip_line(" ".join(sentences), GOAL_CHARS)
+
+
 def opening_sentences(text: str) -> str:
     """The first sentences of a message, up to about a line: the request as the person put it."""
     words: list[str] = []
@@ -382,44 +349,190 @@ def opening_sentences(text: str) -> str:
 
 
 def _candidates(chunk: RecapChunk, position: int, *, continues: bool, last: bool) -> list[_Placed]:
-    """The chunk condensed, most telling first: opening request, decisions, open items (in the session's last
-    chunk), outcome, changes."""
+    """The chunk condensed, most telling first: decisions, then open items (in the session's last chunk)."""
     blocks = _blocks(chunk)
-    opening: list[_Placed] = []
     decisions: list[_Placed] = []
     open_items: list[_Placed] = []
-    outcome: list[_Placed] = []
-    changes: list[_Placed] = []
     line_no = 0
 
     def add(bucket: list[_Placed], section: str, text: str, ids: tuple[str, ...]) -> None:
         bucket.append(((position, line_no), RecapLine(clip_line(text), ids, section)))
 
-    if not continues and blocks and (text := opening_sentences(blocks[0].text)):
-        add(opening, SECTION_WORKING, text, blocks[0].message_ids)
     for b, block in enumerate(blocks):
         for line in prose_lines(block.text):
             line_no += 1
             if _CHANGE_LINE.match(line) and not _PROBLEM_LINE.search(line):
-                add(changes, SECTION_DONE, line, block.message_ids)
                 open_items.clear()  # what was announced or failed before a change was dealt with, not left open
             elif _PROBLEM_LINE.search(line) or line.startswith("Tried to "):
                 if last:
-                    add(open_items, SECTION_UNFINISHED, line, block.message_ids)
+                    add(open_items, SECTION_OPEN, line, block.message_ids)
             elif not _TOOL_LINE.match(line):
                 for sentence in split_sentences(line):
                     if chunk.has_decision and has_decision(sentence):
-                        add(decisions, SECTION_PLAN, sentence, block.message_ids)
+                        add(decisions, SECTION_DECISIONS, sentence, block.message_ids)
                     elif chunk.has_action and has_action(sentence) and (b > 0 or continues):
                         if last:  # announced at the very end and never done
-                            add(open_items, SECTION_UNFINISHED, sentence, block.message_ids)
+                            add(open_items, SECTION_OPEN, sentence, block.message_ids)
                         elif _EXPLICIT_PLAN.search(sentence):
-                            add(decisions, SECTION_PLAN, sentence, block.message_ids)
-    final = blocks[-1] if len(blocks) > 1 else None
-    if final is not None and (text := opening_sentences(final.text)):
-        if not any(line.text == clip_line(text) for _, line in decisions):
-            add(outcome, SECTION_DONE, text, final.message_ids)
-    return [*opening, *decisions, *open_items, *outcome, *changes]
+                            add(decisions, SECTION_DECISIONS, sentence, block.message_ids)
+    return [*decisions, *open_items]
+
+
+# ---- goal, outcome and files from the session's turns -----------------------------------------------------------
+
+_EMPHASIS = re.compile(r"\*\*([^*\n]{2,60})\*\*|`([^`\n]{2,60})`")
+_OPEN_SENTENCE = re.compile(
+    r"\b(?:next steps?|todo|remaining|pending|not (?:yet |been )?(?:done|started|run|exercised|implemented)|"
+    r"would you like|if you want|you(?:'|’)ll need|still needs?|left to do|follow[- ]?ups?)\b",
+    re.I,
+)
+_WORDY = re.compile(r"[A-Za-z0-9]{2}")
+_FILE_KIND = re.compile(r"\((added|updated|deleted|created|renamed)\b")
+_AT_THE_END = 10**9  # position of lines from the final reply among the chunk lines of their section
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """One request of the person and the assistant's texts after it, the last one its reply (none: no answer)."""
+
+    request: Message
+    texts: tuple[Message, ...] = ()
+    worked: bool = False  # the assistant called tools for it
+
+    @property
+    def reply(self) -> Message | None:
+        return self.texts[-1] if self.texts else None
+
+
+def is_request(message: Message) -> bool:
+    """What the person asked for: typed words, not a slash command, injected text or a short acknowledgement."""
+    if message.kind != KIND_MESSAGE or message.role != "user" or "command" in message.metadata:
+        return False
+    text = message.text.strip()
+    return not text.startswith("<") and len(text.split()) >= MIN_REQUEST_WORDS
+
+
+def session_turns(messages: Sequence[Message]) -> list[_Turn]:
+    """The session's requests in order, each with the assistant's texts before the next request."""
+    turns: list[_Turn] = []
+    for message in messages:
+        if is_request(message):
+            turns.append(_Turn(message))
+        elif turns and message.role == "assistant" and message.kind == KIND_MESSAGE:
+            turn = turns[-1]
+            texts = (*turn.texts, message) if message.text.strip() else turn.texts
+            turns[-1] = _Turn(turn.request, texts, turn.worked or bool(message.tool_calls))
+    return turns
+
+
+def key_terms(text: str) -> list[str]:
+    """What the reply itself stressed: its bold and code spans with words in them, deduplicated, in order."""
+    seen: dict[str, str] = {}
+    for match in _EMPHASIS.finditer(text):
+        term = (match.group(1) or match.group(2)).strip().strip(":")
+        if _WORDY.search(term) and "─" not in term:
+            seen.setdefault(term.lower(), term)
+    return list(seen.values())
+
+
+def _term_lines(terms: Sequence[str], lines: int) -> list[str]:
+    """Terms joined into at most `lines` lines of about LINE_CHARS characters each."""
+    out: list[str] = []
+    for term in terms:
+        if out and len(out[-1]) + len(term) + 2 <= LINE_CHARS - 1:
+            out[-1] += ", " + term
+        elif len(out) < lines:
+            out.append(term)
+    return out
+
+
+def files_touched(collapsed: Sequence[CollapsedMessage]) -> list[tuple[str, str, str]]:
+    """(file, kind of change, message id of its last change) of every file a state-changing tool call touched,
+    latest first; the kind is the patch's (added, updated, deleted) or the tool's verb (edited, wrote)."""
+    touched: dict[str, tuple[str, str]] = {}
+    for message in collapsed:
+        for tool in message.tools:
+            if not tool.files or tool.is_error or not changes_state(tool):
+                continue
+            for path in tool.files:
+                after = (tool.line or "").split(path, 1)[-1]
+                kind = m.group(1) if (m := _FILE_KIND.match(after.strip())) else (tool.line or "changed").split()[0]
+                first_kind = touched.pop(path, (kind.lower(), ""))[0]  # created then edited is still created
+                touched[path] = (first_kind, message.message_id)
+    return [(path, kind, mid) for path, (kind, mid) in reversed(touched.items())]
+
+
+def _turn_lines(messages: Sequence[Message], collapsed: Sequence[CollapsedMessage]) -> list[_Placed]:
+    """Goal, outcome, open items and files from the session's turns, most telling first: the latest request, what
+    its reply reports (opening sentences, then the terms it stressed), what it leaves open, the files, and then
+    earlier requests and their outcomes, latest first."""
+    turns = session_turns(messages)
+    lines: list[_Placed] = []
+
+    def add(position: tuple[int, int], section: str, text: str, ids: tuple[str, ...]) -> None:
+        if text.strip():
+            limit = GOAL_CHARS if section == SECTION_GOAL else LINE_CHARS
+            lines.append((position, RecapLine(clip_line(redact(text), limit), ids, section)))
+
+    # The latest request, and earlier ones the assistant worked on (a question in passing is not a goal): the
+    # latest of them and the first.
+    worked = [turn for turn in turns[:-1] if turn.worked]
+    goals = {id(turn) for turn in [*turns[-1:], *worked[-(MAX_GOALS - 2):], *worked[:1]]}
+    for age, turn in enumerate(reversed(turns)):
+        order = len(turns) - age
+        if id(turn) not in goals:
+            continue
+        add((order, 0), SECTION_GOAL, request_text(turn.request.text), (turn.request.message_id,))
+        if turn.reply is None:
+            continue
+        reply_ids = (turn.reply.message_id,)
+        add((order, 2), SECTION_OUTCOME, opening_sentences(turn.reply.text), reply_ids)
+        if age < len(KEY_TERM_LINES):
+            stressed = key_terms("\n".join(m.text for m in reversed(turn.texts[-PROGRESS_TEXTS:])))
+            for n, text in enumerate(_term_lines(stressed, KEY_TERM_LINES[age])):
+                add((order, 1 - n), SECTION_OUTCOME, ("Key points: " if n == 0 else "") + text, reply_ids)
+        if age == 0:
+            for n, step in enumerate(reversed(turn.texts[-PROGRESS_TEXTS:-1])):  # how the work went, latest first
+                add((order, 3 + n), SECTION_OUTCOME, opening_sentences(step.text), (step.message_id,))
+            sentences = [s for line in prose_lines(turn.reply.text) for s in split_sentences(line)]
+            for n, sentence in enumerate(s for s in sentences if _OPEN_SENTENCE.search(s)):
+                add((_AT_THE_END, n), SECTION_OPEN, sentence, reply_ids)
+    files = _file_lines(collapsed)
+    return [*lines[:1], *files[:1], *lines[1:], *_command_lines(collapsed), *files[1:]]
+
+
+def _command_lines(collapsed: Sequence[CollapsedMessage]) -> list[_Placed]:
+    """The shell commands that changed something (installs, commits, pushes, test runs that write), latest last,
+    deduplicated: what the session did beyond its edits."""
+    ran: dict[str, str] = {}
+    for message in collapsed:
+        for tool in message.tools:
+            if tool.category == CATEGORY_SHELL and tool.command and changes_state(tool) and not tool.is_error:
+                command = " ".join(tool.command.split())[:COMMAND_CHARS]
+                ran.pop(command, None)
+                ran[command] = message.message_id
+    latest = list(ran.items())[-COMMANDS:]
+    if not latest:
+        return []
+    text = "Commands that changed state: " + ", ".join(f"`{command}`" for command, _ in latest)
+    ids = tuple(dict.fromkeys(mid for _, mid in latest))
+    return [((0, 0), RecapLine(clip_line(redact(text)), ids, SECTION_OUTCOME))]
+
+
+def _file_lines(collapsed: Sequence[CollapsedMessage]) -> list[_Placed]:
+    touched = files_touched(collapsed)
+    groups = [touched[i : i + FILES_PER_LINE] for i in range(0, len(touched), FILES_PER_LINE)]
+    return [
+        (
+            (n, 0),
+            RecapLine(
+                clip_line(", ".join(f"{path} ({kind})" for path, kind, _ in group)),
+                tuple(dict.fromkeys(mid for _, _, mid in group)),
+                SECTION_FILES,
+            ),
+        )
+        for n, group in enumerate(groups)
+    ]
 
 
 # ---- rendering -------------------------------------------------------------------------------------------------
@@ -460,12 +573,13 @@ def _render(session_id: str, lines: Sequence[RecapLine]) -> str:
 
 
 def _ordered(lines: Sequence[_Placed]) -> list[RecapLine]:
-    """Lines as the text shows them: by section, "Working on" latest first (it leads with the current work), the
-    other sections in chronological order."""
+    """Lines as the text shows them: by section, goal and outcome latest first (they lead with the current request
+    and the state at the end), the other sections in chronological order."""
     by_position = sorted(lines, key=lambda item: item[0])
-    ordered = [line for _, line in reversed(by_position) if line.section == SECTION_WORKING]
-    for section in SECTIONS[1:]:
-        ordered += [line for _, line in by_position if line.section == section]
+    ordered: list[RecapLine] = []
+    for section in SECTIONS:
+        in_order = reversed(by_position) if section in LATEST_FIRST else by_position
+        ordered += [line for _, line in in_order if line.section == section]
     return ordered
 
 
@@ -500,10 +614,11 @@ def build_recap(
     alpha: float = DEFAULT_ALPHA,
     ending: SessionEnding | None = None,
     llm: ChatModel | None = None,
+    turn_lines: Sequence[_Placed] = (),
 ) -> Recap:
     """The recap of one session from its chunks (see the module doc); `Recap.token_count` never exceeds `budget`.
 
-    `ending` (from `detect_ending` on the raw messages) adds the abrupt-end line; chunk text must already be
+    `ending` (from `session_ending` on the raw messages) adds the abrupt-end line; chunk text must already be
     redacted (chunks are built from redacted text), and is redacted again before it reaches a model.
     """
     if budget < MIN_BUDGET:
@@ -517,11 +632,12 @@ def build_recap(
         (i for i in range(len(ordered)) if scores[i].score >= MIN_RELATIVE_SCORE * best),
         key=lambda i: (-scores[i].score, -i),
     )
-    candidates: list[_Placed] = []
+    candidates: list[_Placed] = list(turn_lines[:1])  # the latest request leads
     ending = ending if ending is not None and ending.abrupt else None
     if ending is not None and ending.message_id is not None:
-        line = RecapLine(clip_line(ending.description), (ending.message_id,), SECTION_UNFINISHED)
-        candidates.append(((-1, 0), line))  # first under "Unfinished"
+        line = RecapLine(clip_line(ending.description), (ending.message_id,), SECTION_OPEN)
+        candidates.append(((-1, 0), line))  # first under the open items
+    candidates += turn_lines[1:]
     for i in ranked:
         ids = ordered[i].message_ids
         continues = i > 0 and bool(ids) and ids[0] in ordered[i - 1].message_ids  # overlap: same exchange goes on
@@ -587,8 +703,9 @@ def recap_session(
         earlier_summary_vectors=[*earlier_summary_vectors, *summary_vectors],
         budget=budget,
         alpha=alpha,
-        ending=detect_ending(messages),
+        ending=session_ending(messages),
         llm=llm,
+        turn_lines=_turn_lines(messages, collapsed),
     )
 
 
@@ -623,8 +740,8 @@ def _rewrite(
     system = _REWRITE_PROMPT.format(max_lines=max(len(lines), 4), budget=budget, sections=sections)
     reply = llm.complete_json(system, redact(truncate_to_tokens(user, LLM_INPUT_TOKENS)))
     rewritten = _validated_lines(reply, allowed, llm.model)
-    # Positions that make _fit's reading order the model's own ("Working on" is read latest first, hence -i).
-    positions = [((-i if line.section == SECTION_WORKING else i), 0) for i, line in enumerate(rewritten)]
+    # Positions that make _fit's reading order the model's own (goal and outcome are read latest first, hence -i).
+    positions = [((-i if line.section in LATEST_FIRST else i), 0) for i, line in enumerate(rewritten)]
     kept = _fit(session_id, list(zip(positions, rewritten)), budget)
     if not kept:
         raise LLMError(f"{llm.model} rewrote the recap into lines that do not fit the budget of {budget} tokens")

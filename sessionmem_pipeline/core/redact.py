@@ -3,29 +3,48 @@
 Runs once, in the transform stage before chunking, so chunks, embeddings, topics, summaries and every output are
 built from redacted text (ARCHITECTURE.md). Two kinds of evidence are used:
 
-- shape: provider keys with a recognisable prefix (AKIA…, sk-…, sk-ant-…, ghp_…, xoxb-…, sk_test_…,
-  AIza…), PEM private-key blocks and JWTs are redacted wherever they appear;
+- shape: provider keys with a recognisable prefix (AKIA…, sk-…, sk-ant-…, ghp_…, glpat-…, npm_…, xoxb-…,
+  sk_test_…, AIza…, SG.…, hvs.…, dop_v1_…, dckr_pat_… and some fifty more, formats as published by the gitleaks
+  and detect-secrets scanners), Telegram and Discord bot tokens, webhook URLs, Azure SAS signatures, PEM
+  private-key blocks and JWTs are redacted wherever they appear;
 - context: a value assigned to a secret-like name (`DB_PASSWORD=…`, `"api_key": "…"`, `--token …`,
-  `<password>…</password>`), a password inside a URL (`scheme://user:PASS@host`, user and host kept), an
-  `Authorization:` header, `curl -u user:PASS`, `mysql -pPASS`. These are all typed `password`, except AWS
+  `<password>…</password>`, `db_password: str = "…"`, a YAML phrase `password: Harbor Lights 2019!`,
+  `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`), a password inside a URL
+  (`scheme://user:PASS@host`, user and host kept), an `Authorization:` header, `curl -u user:PASS` (quoted too),
+  `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`,
+  `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
+  account SID, `X-…-Token:` headers, and a password written in prose (`the password is Kestrel-4471`, judged by
+  the value: letters with digits or symbols).
+  These are all typed `password`, except AWS
   secret access keys (`aws-key`): the placeholder says "a credential was here", the name beside it says which.
 
 Context rules also look at the value, so code that only *handles* secrets stays untouched:
 `token = request.headers.get("Authorization")`, `api_key=os.environ["OPENAI_API_KEY"]`,
-`password_hash = bcrypt.hash(pw)`, `"${DB_PASSWORD}"`, `<your-api-key>`. Generic names (`cache_key`, `sort_key`)
-only count when the value looks random. Known blind spots, on purpose: a bare lowercase word assigned in code
-(`password = hunter`) reads as a variable, and a literal word `password` as a value reads as a placeholder.
+`password_hash = bcrypt.hash(pw)`, `"${DB_PASSWORD}"` (a template closes its brackets; `m{{h}o)p$` is a
+password), `<your-api-key>`, a stored hash (`{SSHA}…`, `pbkdf2_sha256$…`), a flag (`SavePassword=1`). Generic
+names (`cache_key`, `sort_key`) only count when the value looks random. Known blind spots, on purpose: a bare
+lowercase word assigned in code (`password = hunter`) reads as a variable, and a literal word `password` as an
+assigned value reads as a placeholder; in a URL's or `curl -u`'s password slot it is redacted, unless it equals
+the user (`guest:guest`, a default).
+
+Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
+`npm_XXXX…`, `rdme_XXXX_XXXX`), typed-out alphabets (`AIzaSyabcdef…`, character-set constants), `<your-token>`.
+Every pattern has bounded repetition, so a huge line costs linear time.
 
 Redacting is idempotent: a placeholder is never matched again, so redacting twice equals redacting once.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+REDACTION_VERSION = "3"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -37,17 +56,83 @@ KIND_GOOGLE = "google-api-key"
 KIND_PRIVATE_KEY = "private-key"
 KIND_JWT = "jwt"
 KIND_PASSWORD = "password"
-SECRET_KINDS = (
-    KIND_AWS,
-    KIND_OPENAI,
-    KIND_ANTHROPIC,
-    KIND_GITHUB,
-    KIND_SLACK,
-    KIND_STRIPE,
-    KIND_GOOGLE,
-    KIND_PRIVATE_KEY,
-    KIND_JWT,
-    KIND_PASSWORD,
+KIND_WEBHOOK = "webhook-url"
+KIND_AZURE = "azure-key"
+# Provider tokens recognised by shape alone: (kind, pattern). Formats as published by the gitleaks rules
+# (cmd/generate/config/rules) and the vendors' docs; every repetition is bounded.
+_PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
+    (KIND_AWS, r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"),
+    (KIND_GITHUB, r"\bgh[pousr]_[A-Za-z0-9]{36,255}\b|\bgithub_pat_[A-Za-z0-9_]{22,255}"),
+    ("gitlab-token", r"\bgl(?:pat|dt|rt|ptt|ft|imt|agent|oas|soat|ffct)-[0-9A-Za-z_.-]{20,300}"
+                     r"|\bglcbt-[0-9A-Za-z]{1,5}_[0-9A-Za-z_-]{20,300}|\bGR1348941[\w-]{20,300}"),
+    ("npm-token", r"\bnpm_[A-Za-z0-9]{36}\b"),
+    (KIND_SLACK, r"\bxox[abposre](?:\.xox[a-z])?-[0-9A-Za-z-]{10,300}|\bxapp-\d-[0-9A-Za-z-]{10,300}"),
+    (KIND_STRIPE, r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,255}|\bwhsec_[A-Za-z0-9+/=]{20,255}"),
+    (KIND_GOOGLE, r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])|\bGOCSPX-[A-Za-z0-9_-]{20,255}|\bya29\.[0-9A-Za-z_-]{20,2048}"),
+    ("sendgrid-key", r"\bSG\.[\w-]{16,32}\.[\w-]{16,64}"),
+    ("mailgun-key", r"\b(?:pub)?key-[0-9A-Za-z]{32}\b"),
+    ("mailchimp-key", r"\b[0-9a-f]{32}-us\d{1,2}\b"),
+    ("docker-token", r"\bdckr_(?:pat|oat)_[A-Za-z0-9_-]{20,100}"),
+    ("vault-token", r"\bhv[sb]\.[\w-]{24,400}|\bs\.[A-Za-z0-9]{24}\b"),
+    ("digitalocean-token", r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
+    ("telegram-token", r"(?<![0-9])[0-9]{5,16}:A[\w-]{34}(?![\w-])"),
+    ("discord-token", r"\b[MNO][A-Za-z0-9_-]{23,27}\.[\w-]{6,7}\.[\w-]{27,40}(?![\w-])"),
+    (KIND_AZURE, r"(?<![\w~.-])[\w~.]{3}\dQ~[\w~.-]{31,34}(?![\w~.-])"),
+    ("twilio-key", r"\bSK[0-9a-fA-F]{32}\b"),
+    ("shopify-token", r"\bshp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}\b"),
+    ("huggingface-token", r"\b(?:hf|api_org)_[A-Za-z]{34}\b"),
+    ("pypi-token", r"\bpypi-AgEIcHlwaS5vcmc[\w-]{50,1000}"),
+    ("heroku-key", r"\bHRKU-AA[\w-]{58}"),
+    ("age-key", r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b"),
+    ("facebook-token", r"\bEAA[A-Z][A-Za-z0-9]{80,400}\b|\b\d{15,16}\|[\w-]{27,40}\b"),
+    ("sentry-token", r"\bsntry[su]_[A-Za-z0-9+/=_]{40,400}"),
+    ("square-token", r"\b(?:sq0atp|sq0csp)-[\w-]{22,60}|\bEAAA[\w-]{60}\b"),
+    ("sonar-token", r"\bsq[upa]_[0-9a-f]{40}\b"),
+    ("databricks-token", r"\bdapi[0-9a-f]{32}(?:-\d)?\b"),
+    ("doppler-token", r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}\b"),
+    ("linear-key", r"\blin_(?:api|oauth)_[A-Za-z0-9]{40}\b"),
+    ("postman-key", r"\bPMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34}\b"),
+    ("pulumi-token", r"\bpul-[a-f0-9]{40}\b"),
+    ("planetscale-token", r"\bpscale_(?:tkn|pw|oauth)_[\w=.-]{32,64}"),
+    ("grafana-token", r"\bglsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b|\bglc_[A-Za-z0-9+/]{32,400}={0,3}|\beyJrIjoi[A-Za-z0-9]{70,400}={0,3}"),
+    ("newrelic-key", r"\bNR(?:AK|II|JS)-[A-Za-z0-9]{19,32}\b"),
+    ("atlassian-token", r"\bATATT3[\w=-]{150,300}"),
+    ("dynatrace-token", r"\bdt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}\b"),
+    ("rubygems-key", r"\brubygems_[a-f0-9]{48}\b"),
+    ("clojars-token", r"\bCLOJARS_[A-Za-z0-9]{60}\b"),
+    ("intra42-secret", r"\bs-s4t2(?:ud|af)-[a-f0-9]{64}\b"),
+    ("scalingo-token", r"\btk-us-[\w-]{48}"),
+    ("octopus-key", r"\bAPI-[A-Z0-9]{26}\b"),
+    ("perplexity-key", r"\bpplx-[A-Za-z0-9]{48}\b"),
+    ("easypost-key", r"\bEZ[AT]K[A-Za-z0-9]{54}\b"),
+    ("sendinblue-key", r"\bxkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}\b"),
+    ("prefect-key", r"\bpnu_[A-Za-z0-9]{36}\b"),
+    ("alibaba-key", r"\bLTAI[A-Za-z0-9]{20}\b"),
+    ("shippo-token", r"\bshippo_(?:live|test)_[a-fA-F0-9]{40}\b"),
+    ("duffel-token", r"\bduffel_(?:live|test)_[\w=-]{43}"),
+    ("readme-key", r"\brdme_[a-z0-9]{70}\b"),
+    ("flyio-token", r"\bfo1_[\w-]{43}|\bfm[12][ar]?_[A-Za-z0-9+/]{100,2000}={0,3}"),
+    ("onepassword-token", r"\bops_eyJ[A-Za-z0-9+/]{250,2000}={0,3}"),
+)
+
+SECRET_KINDS = tuple(
+    dict.fromkeys(
+        (
+            KIND_AWS,
+            KIND_OPENAI,
+            KIND_ANTHROPIC,
+            KIND_GITHUB,
+            KIND_SLACK,
+            KIND_STRIPE,
+            KIND_GOOGLE,
+            KIND_PRIVATE_KEY,
+            KIND_JWT,
+            KIND_PASSWORD,
+            KIND_WEBHOOK,
+            KIND_AZURE,
+            *(kind for kind, _ in _PROVIDER_TOKENS),
+        )
+    )
 )
 
 PLACEHOLDER_RE = re.compile(r"\[REDACTED:[a-z-]+\]")
@@ -69,21 +154,30 @@ class SecretMatch:
 
 # ---- value judgements shared by the context rules --------------------------------------------------------------
 
-_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, $(cmd), %(x)s, %s, {{ var }}, {% %}, <%= %>, %VAR%, {name}
-    r"""^\$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\{%|<%|^%\w+%$|\{[A-Za-z_][\w.\[\]'"]*\}"""
+_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, $(cmd), %(x)s, %s, {{ var }}, {% %}, <%= %>, %VAR%
+    r"""^\$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\{%|<%|^%\w+%$"""
 )
+_FORMAT_FIELD = re.compile(r"""\{[A-Za-z_][\w.\[\]'"]*\}""")  # `{name}` in a format string
+_BRACKET_PAIRS = {")": "(", "]": "[", "}": "{"}
 _VALUE_CODE = re.compile(
     r"os\.environ|getenv|process\.env|ENV\[|System\.getenv|Deno\.env|import\.meta\.env|secrets\.|settings\.|config\["
 )
 _VALUE_PLACEHOLDER = re.compile(
     r"""^[^A-Za-z0-9]*\*{3,}[^A-Za-z0-9]*$|^(?:<[^<>]*>|x{3,}|X{3,}|\.{3,}|…|-+|_+|\?+|#+)$"""  # masks, blanks
     r"""|(?:\.\.\.|…)$"""  # a shortened example: `sk_test_...`
-    r"""|your[-_ ]?(?:own[-_ ]?)?(?:api|secret|access|auth|personal|app|db|database|real)?[-_ ]?"""
-    r"""(?:key|token|secret|password|pass|pat)"""
+    r"""|your[-_ ]?(?:[a-z]{1,20}[-_ ]){0,3}(?:key|token|secret|password|pass|pat)"""
     r"""|^replace[-_ ]?(?:me|this)"""  # REPLACE_ME is a blank to fill; `changeme` is a (weak) password
     r"""|placeholder|redacted"""
-    r"""|^(?:example|value|dummy|none|null|nil|undefined|true|false|yes|no|on|off)$"""
-    r"""|^(?:password|passwd|pass|pwd|secret|token|key|api[-_]?key|string|str|optional|required|bool)$""",
+    r"""|(?<![A-Za-z0-9])(?:x{3,400}|X{3,400})(?![A-Za-z0-9])""",  # `rdme_XXXX_XXXX`, `xxxx.atlasv1.xxxx`
+    re.IGNORECASE,
+)
+_VALUE_WORD = re.compile(  # a word standing in for a value in an assignment; in a URL it may well be the password
+    r"""^(?:example|value|dummy|none|null|nil|undefined|true|false|yes|no|on|off"""
+    r"""|password|passwd|pass|pwd|secret|token|key|api[-_]?key|string|str|optional|required|bool)$""",
+    re.IGNORECASE,
+)
+_VALUE_HASH = re.compile(  # a stored password hash: LDAP `{SSHA}…`, Django `pbkdf2_sha256$…`, Werkzeug `scrypt:…$`
+    r"^\{[A-Z0-9-]{2,20}\}[A-Za-z0-9+/=.]|^(?:pbkdf2|scrypt|argon2|bcrypt|sha\d{1,3}|md5)[\w:-]{0,30}\$",
     re.IGNORECASE,
 )
 _VALUE_PATH = re.compile(  # where a credential is kept, not the credential
@@ -91,28 +185,94 @@ _VALUE_PATH = re.compile(  # where a credential is kept, not the credential
 )
 _VALUE_URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CMDLET = re.compile(r"[A-Z][a-z]{1,20}-[A-Z][A-Za-z]{1,40}")  # PowerShell: `$Password = Read-Host …`
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _TYPE_WORDS = frozenset(
     "str string bytes int integer bool boolean any optional secretstr secretbytes none null object unknown "
     "text varchar char list dict mapping sequence uuid float double number decimal date datetime".split()
 )
-_NOT_CREDENTIAL_CHARS = re.compile(r"[\s\[\]{}\\|<>\"'`]")
+_NOT_CREDENTIAL_CHARS = re.compile(r"[\s\\|\"'`]")
+_BRACKETS = re.compile(r"[\[\]{}()<>]")
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9+/=_.~-]+")
 _HEX_OR_UUID = re.compile(r"^(?:[0-9a-fA-F]{8,}|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})$")
 
 
-def _is_excluded_value(value: str) -> bool:
-    """True for values that are plainly not a secret: empty, placeholders, references, code, paths, URLs."""
+_DOCUMENTED_EXAMPLES = frozenset(  # published in vendors' docs, so not anyone's credential
+    {
+        "AKIAIOSFODNN7EXAMPLE",
+        "AKIAI44QH8DHBEXAMPLE",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "je7MtGbClwBF/2Zp9Utk/h3yCo8nvbEXAMPLEKEY",
+    }
+)
+
+
+def _is_filler(token: str) -> bool:
+    """`glpat-xxxxxxxxxxxxxxxxxxxx`, `AKIAXXXXXXXXXXXXXXXX`: one character repeated over half the token."""
+    longest = run = 0
+    for index, char in enumerate(token):
+        run = run + 1 if index and char == token[index - 1] else 1
+        longest = max(longest, run)
+    return longest * 2 >= len(token)
+
+
+def _is_alphabet(token: str) -> bool:
+    """`abcdefghijklmnopqrstuvwxyz0123456789`, `AIzaSyabcdef…`: a character-set constant or a typed-out filler,
+    half of it in ascending runs (`abcd`, `0123`) that a random token almost never has."""
+    in_runs = run = 0
+    for index, char in enumerate(token):
+        run = run + 1 if index and ord(char) == ord(token[index - 1]) + 1 else 1
+        if run == 4:
+            in_runs += 4
+        elif run > 4:
+            in_runs += 1
+    return len(token) >= 12 and in_runs * 2 >= len(token)
+
+
+def _has_balanced_brackets(value: str) -> bool:
+    """Templates close what they open; `m{{h}o)p${e]` is a password made of symbols."""
+    stack: list[str] = []
+    for char in value:
+        if char in "([{":
+            stack.append(char)
+        elif char in _BRACKET_PAIRS and (not stack or stack.pop() != _BRACKET_PAIRS[char]):
+            return False
+    return not stack
+
+
+def _is_reference(value: str) -> bool:
+    """`${DB_PASSWORD}`, `{{ token }}`, `Bearer {token}`: a value filled in later, not a literal."""
+    if value.startswith("$"):
+        return True  # `$TOKEN`, and `$(cmd …` cut short at a space
+    if not _has_balanced_brackets(value):
+        return False
+    if _VALUE_REFERENCE.search(value):
+        return True
+    return bool(_FORMAT_FIELD.search(value)) and not any(c.isdigit() for c in _FORMAT_FIELD.sub("", value))
+
+
+def _is_blank(value: str) -> bool:
+    """True for values that are plainly not a secret: empty, too short, placeholders, references, code, paths,
+    URLs, password hashes; a literal word like `password` still counts (see `_is_excluded_value`)."""
     value = value.strip()
     return (
-        not value
+        len(value) < 3  # `SavePassword=1`
+        or value in _DOCUMENTED_EXAMPLES
+        or (len(value) >= 8 and _is_filler(value))
+        or _is_alphabet(value)
         or value.startswith("[REDACTED")
-        or bool(_VALUE_REFERENCE.search(value))
+        or _is_reference(value)
         or bool(_VALUE_CODE.search(value))
         or bool(_VALUE_PLACEHOLDER.search(value))
+        or bool(_VALUE_HASH.search(value))
         or bool(_VALUE_PATH.search(value))
         or bool(_VALUE_URL.match(value))
     )
+
+
+def _is_excluded_value(value: str) -> bool:
+    """`_is_blank`, or a word standing in for a value (`password = "password"`, `token: string`)."""
+    return _is_blank(value) or bool(_VALUE_WORD.match(value.strip()))
 
 
 def _looks_random(value: str) -> bool:
@@ -133,6 +293,8 @@ def _looks_like_credential(value: str) -> bool:
     `secret`, `api_key`, where code is full of non-secret values (`end_token = '}'`, `token = r"[a-z]+"`)."""
     if len(value) < 8 or _NOT_CREDENTIAL_CHARS.search(value):
         return False
+    if _BRACKETS.search(value) and _has_balanced_brackets(value):
+        return False  # `r"[a-z]+"`, `<eos>`: a pattern or a tag; random symbols rarely close what they open
     has_digit = any(c.isdigit() for c in value)
     mixed_case = any(c.isupper() for c in value) and any(c.islower() for c in value)
     return has_digit or (len(value) >= 16 and mixed_case)
@@ -140,7 +302,7 @@ def _looks_like_credential(value: str) -> bool:
 
 def _looks_like_code(value: str, following: str) -> bool:
     """An unquoted value that reads as a variable, attribute, call or type rather than a literal."""
-    if following[:1] in ("(", "[", "."):
+    if following[:1] in ("(", "[", ".") or _CMDLET.fullmatch(value):
         return True
     if _DOTTED.fullmatch(value):
         return True
@@ -151,13 +313,19 @@ def _looks_like_code(value: str, following: str) -> bool:
     return not any(c.isdigit() for c in value) or ("_" in value and value.islower())  # `pw`, `s3_client`
 
 
+_PROSE_WORDS = frozenset(
+    "the a an is are be must should can will your you to of for and or with at in on not this that it "
+    "password token secret key enter invalid".split()
+)
+
+
 def _is_prose(value: str) -> bool:
-    """Quoted prose (labels, help texts, messages) rather than a credential."""
+    """Quoted prose (labels, help texts, messages) rather than a credential; a passphrase of a few plain words
+    (`correct horse battery staple`) is not prose."""
     words = value.split()
     if len(words) < 2:
         return False
-    lowered = value.lower()
-    return len(words) >= 5 or any(w in lowered for w in ("password", "token", "secret", "key", "enter", "invalid"))
+    return len(words) >= 7 or any(word.lower().strip(".,:;!?") in _PROSE_WORDS for word in words)
 
 
 # ---- secret-like names ------------------------------------------------------------------------------------------
@@ -283,6 +451,59 @@ def _accept_xml(m: re.Match[str]) -> bool:
     return _name_strength(m.group("name")) == _STRONG and not _is_excluded_value(m.group("value"))
 
 
+_KIND_FROM_GROUP = ""  # the rule's kind is that of the `_PROVIDER_TOKENS` entry whose group matched
+def _accept_token(m: re.Match[str]) -> bool:
+    token = m.group(0)
+    if token in _DOCUMENTED_EXAMPLES or _is_filler(token) or _is_alphabet(token):
+        return False
+    kind = _rule_kind(_PROVIDER_RULE, m)
+    if kind == "vault-token" and token.startswith("s."):  # legacy `s.` tokens: not `s.AcceptanceTimeoutSeconds`
+        return _has_letter_and_digit(m) and not token[2:].isupper() and not token[2:].islower()
+    if kind == "huggingface-token":  # random mixed case, not `hf_requiredCharacteristicTypesFor…`
+        body = token.split("_", 1)[1]
+        return sum(c.isupper() for c in body) >= 8 and sum(c.islower() for c in body) >= 8
+    if kind in ("octopus-key", "discord-token", "telegram-token"):
+        return _has_letter_and_digit(m)
+    if kind == KIND_SLACK:  # not `xoxp-1234567890` nor a prefix whose secret part is `####`
+        return not token.endswith("-") and any(c.isalpha() for c in token[5:])
+    return True
+
+
+def _accept_docker_auth(m: re.Match[str]) -> bool:
+    """A Docker config `"auth"` is base64 of `user:password`; other `auth` fields are left alone."""
+    try:
+        decoded = base64.b64decode(m.group("value"), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    user, _, password = decoded.partition(":")
+    return bool(user) and bool(password) and decoded.isprintable()
+
+
+_PROSE_SYMBOLS = frozenset("!@#$%^&*+=~?")
+
+
+def _accept_prose_password(m: re.Match[str]) -> bool:
+    """`the password is Kestrel-4471`: a value with letters and digits (or symbols), not a word like `required`."""
+    value = m.group("value")
+    if _is_excluded_value(value) or "://" in value:
+        return False
+    has_letter = any(c.isalpha() for c in value)
+    return has_letter and (any(c.isdigit() for c in value) or any(c in _PROSE_SYMBOLS for c in value[:-1]))
+
+
+_ANNOTATED = re.compile(r"[A-Za-z_][\w.\[\]|, ]{0,80}?[ \t]=")  # `password: str = Field(...)`: Python, not YAML
+
+
+def _accept_yaml_phrase(m: re.Match[str]) -> bool:
+    """A YAML password of several words with a digit or symbol; `new_password: New password` is a label."""
+    value = m.group("value")
+    if " " not in value or not _is_password_name(m.group("name")) or _name_strength(m.group("name")) != _STRONG:
+        return False
+    if _is_excluded_value(value) or _is_prose(value) or _ANNOTATED.match(value):
+        return False
+    return any(c.isdigit() or c in _PROSE_SYMBOLS for c in value)
+
+
 _KV_VALUE_GROUPS = ("v_esc", "v_dq", "v_sq", "v_bt", "v_bare")
 _YAML_INDENT = re.compile(r"[ \t]*(?:-[ \t]+)?")
 
@@ -320,9 +541,11 @@ def _accept_assignment(m: re.Match[str]) -> bool:
     value = m.group(group)
     if _is_excluded_value(value) or _names_a_secret(value, name):
         return False
-    if m.group("sep") == ":" and (m.group("sp1") or not (m.group("sp2") or group != "v_bare")):
+    if m.string[m.end() : m.end() + 1] in ("<", "{", "$"):
+        return False  # `dop_v1_<your-token>`: the start of a template, not a value
+    if m.group("sep") == ":" and ((m.group("sp1") and not m.group("kq")) or not (m.group("sp2") or group != "v_bare")):
         return False  # `Pass :meth:`, `input:TokenStream`: not a key-value pair
-    env_style = group == "v_bare" and _is_env_style(m)
+    env_style = _is_env_style(m)
     if group == "v_bare" and not env_style:
         if value.isdigit() and len(value) < 6:
             return False  # ports, counts, lifetimes
@@ -331,18 +554,49 @@ def _accept_assignment(m: re.Match[str]) -> bool:
             return False
     if strength == _WEAK:
         return "/" not in value and _looks_random(value)  # not `key = "datasets/2019/part-0.parquet"`
-    if _is_password_name(name) or env_style:
-        return group == "v_bare" or not _is_prose(value)
+    if _is_password_name(name) and (group == "v_bare" or env_style):
+        return True  # a .env or shell password may be a phrase: `KEYSTORE_PASSWORD='my secret pass 9'`
+    if group == "v_bare" and env_style:
+        return True
+    return _is_named_credential(name, value)
+
+
+def _is_named_credential(name: str, value: str) -> bool:
+    """A quoted value under a strong name: passwords may be phrases (not prose), other secrets look like keys."""
+    if _is_password_name(name):
+        return not _is_prose(value)
     return _looks_like_credential(value)
 
 
+def _accept_named_value(m: re.Match[str]) -> bool:
+    """`<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`: a name and its quoted value."""
+    name, value = m.group("name"), m.group("value")
+    strength = _name_strength(name)
+    if strength == _NONE or _is_excluded_value(value) or _names_a_secret(value, name):
+        return False
+    return _is_named_credential(name, value) if strength == _STRONG else _looks_random(value)
+
+
 _QUOTED_VALUE = (
-    r"""(?:[rbuRBU]?\\"(?P<v_esc>[^"\\\n]{1,400})\\\""""
-    r"""|[rbuRBU]?"(?P<v_dq>(?:[^"\\\n]|\\.){1,400})\""""
+    r"""(?:[rbuRBU@]?\\"(?P<v_esc>[^"\\\n]{1,400})\\\""""
+    r"""|[rbuRBU@]?"(?P<v_dq>(?:[^"\\\n]|\\.){1,400})\""""
     r"""|[rbuRBU]?'(?P<v_sq>[^'\n]{1,400})'"""
     r"""|`(?P<v_bt>[^`\n]{1,400})`"""
     r"""|(?P<v_bare>[^\s"'`,;&|()<>{}\[\]\\=][^\s"'`,;&|()<>{}\[\]\\]{0,400}))"""
 )
+
+_SHELL_WORD = r"""(?:"(?P<dq>[^"\n]{1,256})"|'(?P<sq>[^'\n]{1,256})'|(?P<bare>[^\s"']{1,256}))"""
+
+
+def _first_group(m: re.Match[str], *groups: str) -> str:
+    return next(m.group(g) for g in groups if m.group(g) is not None)
+
+
+def _is_password_slot(user: str, value: str) -> bool:
+    """The password of `user:PASS` in a URL or `curl -u`: any literal counts, even the word `password`; blanks
+    (`<user:password>`, `$USER:$TOKEN`, `****`) and a default equal to the user (`guest:guest`) do not."""
+    return not _is_blank(value) and not _is_blank(f"{user}:{value}") and value != user
+
 
 _RULES: tuple[_Rule, ...] = (
     _Rule(
@@ -350,10 +604,14 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(
             r"-----BEGIN[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-----"
             r"(?:[\s\S]{0,12000}?-----END[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-----"
-            r"|(?:\s|\\n)+[A-Za-z0-9+/=\s\\:,-]{40,})"  # a block cut short (trimmed output): its base64 body
+            r"|(?:\s|\\n)+[A-Za-z0-9+/=\s\\:,-]{40,12000})"  # a block cut short (trimmed output): its base64 body
         ),
     ),
-    _Rule(KIND_AWS, re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b")),
+    _Rule(
+        _KIND_FROM_GROUP,
+        re.compile("|".join(f"(?P<t{index}>{pattern})" for index, (_, pattern) in enumerate(_PROVIDER_TOKENS))),
+        accept=_accept_token,
+    ),
     _Rule(
         KIND_AWS,
         re.compile(
@@ -362,45 +620,70 @@ _RULES: tuple[_Rule, ...] = (
             r"(?P<value>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"
         ),
         ("value",),
+        _accept_literal,
     ),
-    _Rule(KIND_ANTHROPIC, re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}")),
-    _Rule(KIND_OPENAI, re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"), accept=_has_letter_and_digit),
-    _Rule(KIND_GITHUB, re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,255}\b|\bgithub_pat_[A-Za-z0-9_]{22,255}")),
+    _Rule(KIND_ANTHROPIC, re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,400}")),
+    _Rule(KIND_OPENAI, re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,400}"), accept=_has_letter_and_digit),
     _Rule(
-        KIND_SLACK,
-        re.compile(r"\bxox[abposre]-[0-9A-Za-z-]{10,}|\bxapp-\d-[0-9A-Za-z-]{10,}"
-                   r"|hooks\.slack\.com/(?:services|workflows|triggers)/(?P<hook>[A-Za-z0-9/_-]{16,})"),
-        ("hook", 0),
+        KIND_WEBHOOK,
+        re.compile(
+            r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<slack>[A-Za-z0-9/_-]{16,300})"
+            r"|discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/(?P<discord>[\w-]{60,100})"
+            r"|\.webhook\.office\.com/webhookb2/(?P<teams>[^\s\"'<>]{40,400})"
+        ),
+        ("slack", "discord", "teams"),
     ),
-    _Rule(KIND_STRIPE, re.compile(r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}|\bwhsec_[A-Za-z0-9+/=]{20,}")),
-    _Rule(
-        KIND_GOOGLE,
-        re.compile(r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])|\bGOCSPX-[A-Za-z0-9_-]{20,}|\bya29\.[0-9A-Za-z_-]{20,}"),
-    ),
-    _Rule(KIND_JWT, re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")),
+    _Rule(KIND_JWT, re.compile(r"\beyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,8192}")),
     _Rule(  # scheme://user:PASS@host keeps user and host
         KIND_PASSWORD,
         re.compile(
-            r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://[^\s:/@'\"<>]{0,256}:(?P<value>[^\s@/'\"<>]{1,256})@(?=[\w.\[-])"
+            r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://(?P<user>[^\s:/@'\"<>]{0,256}):(?P<value>[^\s@/'\"<>]{1,256})@(?=[\w.\[-])"
         ),
         ("value",),
-        _accept_literal,
+        lambda m: _is_password_slot(m.group("user"), m.group("value")),
     ),
     _Rule(
         KIND_PASSWORD,
         re.compile(
             r"(?i)\b(?:proxy-)?authorization\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?"
-            r"(?P<scheme>(?:bearer|basic|token|bot|digest|apikey|sso-key)[ \t]+)?"
+            r"(?P<scheme>(?:bearer|basic|token|bot|digest|apikey|sso-key|ssws)[ \t]+)?"
             r"(?P<value>[A-Za-z0-9._~+/=-]{8,4096})"
         ),
         ("value",),
         _accept_authorization,
     ),
-    _Rule(  # curl -u user:PASS, --user user:PASS
+    _Rule(  # curl -u user:PASS, --user user:'PASS', -u "user:PASS PHRASE"
         KIND_PASSWORD,
-        re.compile(r"(?:^|\s)(?:-u|--user)[ \t]+[\"']?[^\s:\"']{1,256}:(?P<value>[^\s\"']{1,256})"),
+        re.compile(
+            r"(?:^|\s)(?:-u|--user)[ \t]+(?:\"(?P<dq_user>[^\s:\"]{1,256}):(?P<dq_all>[^\"\n]{1,256})\""
+            r"|'(?P<sq_user>[^\s:']{1,256}):(?P<sq_all>[^'\n]{1,256})'"
+            r"|(?P<user>[^\s:\"']{1,256}):" + _SHELL_WORD + ")"
+        ),
+        ("dq_all", "sq_all", "dq", "sq", "bare"),
+        lambda m: _is_password_slot(
+            m.group("dq_user") or m.group("sq_user") or m.group("user"), _first_group(m, "dq_all", "sq_all", "dq", "sq", "bare")
+        ),
+    ),
+    _Rule(  # docker login -u ci -p 'PASS', az login -u me -p PASS
+        KIND_PASSWORD,
+        re.compile(r"\blogin\b[^\n|;&]{0,200}?[ \t]-p[ \t]+" + _SHELL_WORD),
+        ("dq", "sq", "bare"),
+        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+    ),
+    _Rule(  # PowerShell: ConvertTo-SecureString "PASS" -AsPlainText
+        KIND_PASSWORD,
+        re.compile(r"(?i)\bConvertTo-SecureString[ \t]+(?:-String[ \t]+)?(?:\"(?P<dq>[^\"\n]{1,256})\"|'(?P<sq>[^'\n]{1,256})')"),
+        ("dq", "sq"),
+        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq")),
+    ),
+    _Rule(  # <add key="ClearTextPassword" value="PASS" />, define('DB_PASSWORD', 'PASS'), setdefault("API_TOKEN", "…")
+        KIND_PASSWORD,
+        re.compile(
+            r"(?:\b(?:key|name)=|\([ \t]*)[\"'](?P<name>[A-Za-z_][\w.-]{0,80})[\"']"
+            r"(?:[ \t]+value=|[ \t]*,[ \t]*)[\"'](?P<value>[^\"'\n]{1,400})[\"']"
+        ),
         ("value",),
-        _accept_literal,
+        _accept_named_value,
     ),
     _Rule(  # mysql -pPASS
         KIND_PASSWORD,
@@ -413,6 +696,72 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(r"<(?P<name>[A-Za-z_][\w.-]{0,60})>(?P<value>[^<>\s]{1,400})</(?P=name)>"),
         ("value",),
         _accept_xml,
+    ),
+    _Rule(  # sshpass -p PASS
+        KIND_PASSWORD,
+        re.compile(r"\bsshpass[ \t]+-p[ \t]*" + _SHELL_WORD),
+        ("dq", "sq", "bare"),
+        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+    ),
+    _Rule(  # requests' auth=("user", "PASS"), HTTPBasicAuth("user", "PASS")
+        KIND_PASSWORD,
+        re.compile(
+            r"(?:\bauth[ \t]*=[ \t]*\(|\bHTTP(?:Basic|Digest)Auth\()[ \t]*[\"'][^\"'\n]{1,100}[\"'][ \t]*,[ \t]*"
+            r"[\"'](?P<value>[^\"'\n]{1,256})[\"']"
+        ),
+        ("value",),
+        _accept_literal,
+    ),
+    _Rule(  # a Docker config.json `"auth": "<base64 of user:password>"`
+        KIND_PASSWORD,
+        re.compile(r"\"auth\"[ \t]*:[ \t]*\"(?P<value>[A-Za-z0-9+/]{8,1024}={0,2})\""),
+        ("value",),
+        _accept_docker_auth,
+    ),
+    _Rule(  # a Twilio auth token after its account SID: Client("AC…", "TOKEN"), -u AC…:TOKEN, `twilio login AC… TOKEN`
+        "twilio-key",
+        re.compile(r"\bAC[0-9a-f]{32}[\"']?(?:[ \t]*,[ \t]*|:|[ \t]+)[\"']?(?P<value>[0-9a-f]{32})\b"),
+        ("value",),
+    ),
+    _Rule(  # an Azure SAS signature, and a storage account key in a connection string
+        KIND_AZURE,
+        re.compile(r"[?&;]sig=(?P<sig>[A-Za-z0-9%+/=]{20,256})|\bAccountKey=(?P<account>[A-Za-z0-9+/]{40,256}={0,2})"),
+        ("sig", "account"),
+    ),
+    _Rule(  # X-Shopify-Access-Token: …, X-API-Key: … (anywhere on a line)
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)\bx-(?:[a-z0-9]{1,30}-){0,4}(?:token|key|secret|auth|api)\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?"
+            r"(?P<value>[A-Za-z0-9._~+/=-]{8,1024})"
+        ),
+        ("value",),
+        lambda m: not _is_excluded_value(m.group("value")) and _looks_like_credential(m.group("value")),
+    ),
+    _Rule(  # the password is Kestrel-4471; Password for the admin is tr0ub4dor&3; login as root, password ch4ngeMe
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)\b(?:password|passwd|passphrase|pwd|pw)\b"
+            r"(?:[ \t]+(?:for|of|to|on)[ \t]+[^\n:=]{1,40}?[ \t]+(?:is|was)|[ \t]+(?:is|was)(?:[ \t]+now)?|[ \t]*[:=]|)"
+            r"[ \t]+[\"'`]?"
+            r"(?P<value>[^\s\"'`]{5,63}[^\s\"'`.,;:)!?])"
+        ),
+        ("value",),
+        _accept_prose_password,
+    ),
+    _Rule(  # YAML: `password: Harbor Lights 2019!`, a phrase up to the end of its line
+        KIND_PASSWORD,
+        re.compile(
+            r"(?m)^[ \t]*(?:-[ \t]+)?(?P<name>[A-Za-z_][\w.-]{0,80}):[ \t]+"
+            r"(?P<value>[^\s\"'#|>&*!{\[%@`][^\n#]{0,200}?[^\s#])[ \t]*(?:[ \t]#[^\n]{0,400})?$"
+        ),
+        ("value",),
+        _accept_yaml_phrase,
+    ),
+    _Rule(  # fish: set -x API_TOKEN value
+        KIND_PASSWORD,
+        re.compile(r"\bset[ \t]+-[gxuU]{1,3}[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]{0,80})[ \t]+[\"']?(?P<value>[^\s\"']{1,400})"),
+        ("value",),
+        lambda m: _name_strength(m.group("name")) == _STRONG and not _is_excluded_value(m.group("value")),
     ),
     _Rule(  # --password hunter2 (the `--name=value` form is an assignment)
         KIND_PASSWORD,
@@ -429,12 +778,22 @@ _RULES: tuple[_Rule, ...] = (
             r"(?<![A-Za-z0-9_])"
             r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key))"  # cheap pre-filter on the name
             r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?)?"  # `"key": `, `["KEY"] = `
+            r"(?:[ \t]*:[ \t]*[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=]))?"  # a type: `password: str = `
             r"(?P<sp1>[ \t]*)(?P<sep>:=|=>|=(?![=~])|:(?![:/=]))(?P<sp2>[ \t]*)" + _QUOTED_VALUE
         ),
         _KV_VALUE_GROUPS,
         _accept_assignment,
     ),
 )
+
+
+def _rule_kind(rule: _Rule, m: re.Match[str]) -> str:
+    if rule.kind == _KIND_FROM_GROUP:
+        return _PROVIDER_TOKENS[int((m.lastgroup or "t0")[1:])][0]
+    return rule.kind
+
+
+_PROVIDER_RULE = _RULES[1]
 
 
 def _span(rule: _Rule, m: re.Match[str]) -> tuple[int, int] | None:
@@ -466,7 +825,7 @@ def find_secrets(text: str) -> list[SecretMatch]:
             span = _span(rule, m)
             if span is None or any(start < span[1] and span[0] < end for start, end in placeholders):
                 continue  # already redacted: keeps redaction idempotent
-            found.append((span[0], span[1], priority, rule.kind))
+            found.append((span[0], span[1], priority, _rule_kind(rule, m)))
     found.sort()
     merged: list[SecretMatch] = []
     best_priority = 0

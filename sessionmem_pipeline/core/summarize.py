@@ -29,13 +29,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
-
-import numpy as np
 
 from sessionmem_pipeline.core.collapse import ToolUsage, ToolUse, summarize_tools
 from sessionmem_pipeline.core.flags import has_action, has_decision, shell_command_changes_state
@@ -50,12 +47,13 @@ from sessionmem_pipeline.core.models import (
     content_hash,
 )
 from sessionmem_pipeline.core.redact import redact
+from sessionmem_pipeline.core.textrank import textrank, tfidf_rows
 from sessionmem_pipeline.core.tokens import count_tokens, truncate_to_tokens
-from sessionmem_pipeline.core.topics import keyword_topics, normalize_tag
+from sessionmem_pipeline.core.topics import keyword_topics, usable_tags
 
-EXTRACTIVE_MODEL = "extractive-v1"
+EXTRACTIVE_MODEL = "extractive-v2"
 """The `model` of offline summaries; a change to the extractive algorithm gets a new name."""
-SUMMARY_VERSION = "summary-v1"
+SUMMARY_VERSION = "summary-v2"
 """Part of every input hash: change it whenever prompts or output change, so old summaries are redone."""
 DEFAULT_MAX_INPUT_TOKENS = 6000
 MIN_INPUT_TOKENS = 200
@@ -445,10 +443,14 @@ def _sentences(text: str) -> list[str]:
     return found
 
 
+# Markup tags ("<file_photo>", "<command-name>") and redaction markers say nothing about the subject.
+_MARKUP = re.compile(r"</?[a-z][\w-]*/?>|\[redacted\b[^\]]*\]|<redacted\b[^>]*>", re.IGNORECASE)
+
+
 def _terms(text: str) -> tuple[str, ...]:
-    """Content terms for similarity: lowercase words without function words, plurals folded."""
+    """Content terms for similarity: lowercase words without function words or markup, plurals folded."""
     terms = []
-    for word in _TERM.findall(text.lower()):
+    for word in _TERM.findall(_MARKUP.sub(" ", text).lower()):
         if word in _STOP_TERMS:
             continue
         if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
@@ -557,42 +559,8 @@ def _split_parts(messages: Sequence[CollapsedMessage], budget: int) -> list[list
 # ---- sentence centrality --------------------------------------------------------------------------------------
 
 
-def _tfidf(documents: Sequence[Sequence[str]]) -> np.ndarray:
-    """Unit-length TF-IDF rows (sublinear tf, smoothed idf); a document without terms is a zero row."""
-    vocabulary: dict[str, int] = {}
-    for document in documents:
-        for term in document:
-            vocabulary.setdefault(term, len(vocabulary))
-    frequencies = Counter(term for document in documents for term in set(document))
-    matrix = np.zeros((len(documents), len(vocabulary)))
-    for row, document in enumerate(documents):
-        for term, count in Counter(document).items():
-            idf = math.log((1 + len(documents)) / (1 + frequencies[term])) + 1.0
-            matrix[row, vocabulary[term]] = (1.0 + math.log(count)) * idf
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.where(norms > 0, norms, 1.0)
-
-
-def _centrality(vectors: np.ndarray, damping: float = 0.85) -> np.ndarray:
-    """TextRank: PageRank over the cosine-similarity graph of the sentences, scaled to mean 1."""
-    count = len(vectors)
-    if count <= 1:
-        return np.ones(count)
-    similarity = vectors @ vectors.T
-    np.fill_diagonal(similarity, 0.0)
-    sums = similarity.sum(axis=1, keepdims=True)
-    transition = np.where(sums > 0, similarity / np.where(sums > 0, sums, 1.0), 1.0 / count)
-    rank = np.full(count, 1.0 / count)
-    for _ in range(200):
-        updated = (1.0 - damping) / count + damping * (transition.T @ rank)
-        converged = float(np.abs(updated - rank).sum()) < 1e-12
-        rank = updated
-        if converged:
-            break
-    return rank * count
-
-
 _REDUNDANT = 0.5  # cosine similarity above which a sentence repeats one already chosen
+
 
 
 def _rank(candidates: Sequence[_Sentence], limit: int) -> list[_Sentence]:
@@ -602,10 +570,15 @@ def _rank(candidates: Sequence[_Sentence], limit: int) -> list[_Sentence]:
     """
     if not candidates or limit <= 0:
         return []
-    vectors = _tfidf([candidate.terms for candidate in candidates])
-    centrality = _centrality(vectors)
+    vectors = tfidf_rows([candidate.terms for candidate in candidates])
+    centrality = textrank(vectors) * len(candidates)  # mean 1
     scores = [
-        round(float(centrality[i]) * min(1.0, len(c.terms) / 5) * (0.5 if _is_question(c.text) else 1.0), 9)
+        round(
+            float(centrality[i])
+            * min(1.0, len(c.terms) / 5)
+            * (0.5 if _is_question(c.text) else 1.0),
+            9,
+        )
         for i, c in enumerate(candidates)
     ]
     chosen: list[int] = []
@@ -639,7 +612,9 @@ def _extractive_content(
         overview=overview,
         topics=topics,
         decisions=decisions,
-        key_points=_key_points(parts, previous, taken=quoted | set(decisions) | set(open_items)),
+        key_points=_key_points(
+            parts, previous, taken=quoted | {_REPLY_CONTEXT.sub("", d) for d in decisions} | set(open_items)
+        ),
         open_items=open_items,
     )
     return _merge_contents(_Content.of(previous), new, stretch) if previous else new
@@ -746,8 +721,23 @@ def _quote(prose: str, *, requests_first: bool, names: Sequence[str] = ()) -> li
     return (asked or sentences)[:2]
 
 
-def _quoted(sentences: Sequence[str]) -> str:
-    return '"' + _clip_words(" ".join(sentences), QUOTE_WORDS) + '"'
+def _quoted(quote: Sequence[str], source: Sequence[str] = ()) -> str:
+    """The quoted sentences in quotation marks: whole sentences, with "…" wherever sentences of `source` (the
+    message they come from) were left out between them, or where the quote is cut at QUOTE_WORDS."""
+    pieces: list[str] = []
+    for sentence in quote:
+        if pieces and not _follows(source, pieces[-1], sentence):
+            pieces.append("…")
+        pieces.append(sentence)
+    return '"' + _clip_words(" ".join(pieces), QUOTE_WORDS) + '"'
+
+
+def _follows(source: Sequence[str], first: str, second: str) -> bool:
+    """Whether `second` comes right after `first` in `source` (always so when no source is given)."""
+    if not source:
+        return True
+    positions = [i for i, sentence in enumerate(source[:-1]) if sentence == first]
+    return any(source[i + 1] == second for i in positions)
 
 
 def _opener(messages: Sequence[CollapsedMessage]) -> CollapsedMessage | None:
@@ -777,7 +767,8 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
     opener = _opener(stretch.messages)
     if opener is not None:
         quote = _quote(_substance(opener), requests_first=True, names=stretch.speakers)
-        sentences.append(f"{opener.speaker} {'asked' if _asks(quote, worked) else 'said'}: {_quoted(quote)}")
+        said = "asked" if _asks(quote, worked) else "said"
+        sentences.append(f"{opener.speaker} {said}: {_quoted(quote, _sentences(_substance(opener)))}")
         quoted.update(quote)
     if worked:
         worker = next((m.speaker for m in stretch.messages if m.tools), "The assistant")
@@ -794,7 +785,7 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
         report = next((m for m in reversed(stretch.messages) if m.role == "assistant" and _substance(m)), None)
         if report is not None and (opener is None or report.seq > opener.seq):
             quote = _quote(_substance(report), requests_first=False)[:2]
-            sentences.append(f"{report.speaker} last reported: {_quoted(quote)}")
+            sentences.append(f"{report.speaker} last reported: {_quoted(quote, _sentences(_substance(report)))}")
             quoted.update(quote)
     return " ".join(sentences), quoted
 
@@ -806,6 +797,9 @@ def _context(sentences: Sequence[str]) -> str:
     """What a short reply answers: the last question of the message before it, else its last sentence."""
     questions = [s for s in sentences if _is_question(s)]
     return (questions or list(sentences) or [""])[-1]
+
+
+_REPLY_CONTEXT = re.compile(r' \(re: ".*"\)$')  # what a short decision answered, after it
 
 
 def _decisions(messages: Sequence[CollapsedMessage], speakers: Sequence[str]) -> tuple[str, ...]:
@@ -827,7 +821,8 @@ def _decisions(messages: Sequence[CollapsedMessage], speakers: Sequence[str]) ->
             if len(sentence.split()) < 6 and context:
                 item += f' (re: "{_clip_words(context, 25)}")'
             found.append(item)
-        before = sentences or before
+        if len(_terms(" ".join(sentences))) >= 2:  # "ok continue" is not what a later choice answers
+            before = sentences
     return _unique(found)[-MAX_DECISIONS:]
 
 
@@ -864,12 +859,13 @@ def _open_items(stretch: _Stretch) -> tuple[str, ...]:
     last_request = next((m for m in reversed(talk) if m.role == "user"), None)
     if last_request is not None:
         after = [m for m in messages if m.seq > last_request.seq]
-        replied = any(m.role == "assistant" and _substance(m) for m in after)
+        replied = any(m.role == "assistant" and _prose(m.text, m.tools) for m in after)  # "Sure :)" answers too
         tools_after = [r for m in after for r in m.tools]
         quote = _quote(_substance(last_request), requests_first=True, names=stretch.speakers)
         stopped = not tools_after or _unfinished(tools_after[-1])  # nothing was done, or it did not finish
         if _asks(quote, stretch.usage.call_count > 0) and not replied and stopped:
-            items.append(f"{last_request.speaker} asked: {_quoted(quote)} (no reply yet)")
+            source = _sentences(_substance(last_request))
+            items.append(f"{last_request.speaker} asked: {_quoted(quote, source)} (no reply yet)")
             unanswered = last_request
     start = min(len(talk) - _TAIL_MESSAGES, talk.index(last_request) if last_request else len(talk))
     for message in talk[max(start, 0) :]:
@@ -1026,8 +1022,8 @@ def _content_from_reply(reply: Any, model: str) -> _Content:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             problems.append(f'"{key}" is missing or not a list of strings')
             continue
-        cleaned = (redact(" ".join(item.split())) for item in value)
-        lists[key] = _unique(normalize_tag(item) if key == "topics" else item for item in cleaned)[: _LIMITS[key]]
+        cleaned = [redact(" ".join(item.split())) for item in value]
+        lists[key] = tuple(usable_tags(cleaned, MAX_TOPICS)) if key == "topics" else _unique(cleaned)[: _LIMITS[key]]
     if problems:
         raise LLMError(
             f"model {model!r} replied with an unusable summary: {'; '.join(problems)}. "

@@ -29,6 +29,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from sessionmem_pipeline.core.llm_protocol import ChatModel, LLMError
@@ -98,6 +99,8 @@ _STOP_WORDS = frozenset(
     changes changing changed check checks checking checked run runs running ran create creates creating
     created remove removes removing removed write writes writing wrote written read reads reading handle
     handles handling handled do does did done doing sound sounds agree agreed decide decided
+    bye lemme gonna wanna gotta dunno idk btw thx pls plz haha hahaha hehe omg xd ty np ttyl ur gr8 ofc srsly
+    sry lmao jk brb yea ya tho cuz coz asap xoxo
     able sure true false new old big small good bad best better worse worst little lot lots bit kind sort
     thing things stuff way ways part parts point case cases example examples idea ideas question questions
     answer answers issue issues problem problems time times today tomorrow yesterday week day days moment
@@ -142,6 +145,38 @@ _GENERIC_PATH_PARTS = frozenset(
 )
 
 
+_STOP_WORDS_BY_LENGTH: dict[int, list[str]] = {}
+for _word in _STOP_WORDS:
+    _STOP_WORDS_BY_LENGTH.setdefault(len(_word), []).append(_word)
+
+
+def _slip_of(word: str, intended: str) -> bool:
+    """`word` is `intended` typed with two neighbouring letters swapped ("beacuse") or one letter left out
+    ("becuse"): the common slips. Substitutions and extra letters are not judged: they mostly make other words
+    ("world" from "would", "mother" from "other")."""
+    if len(word) == len(intended):
+        diffs = [i for i in range(len(word)) if word[i] != intended[i]]
+        first, second = diffs if len(diffs) == 2 else (0, 0)
+        return second == first + 1 and word[first] == intended[second] and word[second] == intended[first]
+    dropped = (intended[:i] + intended[i + 1 :] for i in range(len(intended)))
+    return len(word) + 1 == len(intended) and word in dropped
+
+
+_REAL_SLIPS = frozenset({"three", "trough"})  # words that are also a slip of a function word ("there", "through")
+
+
+@lru_cache(maxsize=65536)
+def _is_typo(word: str) -> bool:
+    """A misspelt or stretched filler word, never a subject: a letter typed three times ("realllly") or a slip of
+    a function word ("beacuse", "whcih"). Only words of five letters or more: short ones are too close to judge."""
+    if re.search(r"([a-z])\1\1", word):
+        return True
+    if len(word) < 5 or word in _REAL_SLIPS:
+        return False
+    near = (*_STOP_WORDS_BY_LENGTH.get(len(word), ()), *_STOP_WORDS_BY_LENGTH.get(len(word) + 1, ()))
+    return any(_slip_of(word, stop) for stop in near)
+
+
 def _singular(word: str) -> str:
     """Light plural folding for English nouns; unsure cases stay as they are."""
     if word in _IRREGULAR_SINGULARS:
@@ -158,7 +193,7 @@ def _singular(word: str) -> str:
 
 
 def _is_content_word(word: str) -> bool:
-    if word in _STOP_WORDS:
+    if word in _STOP_WORDS or word in _MARKER_WORDS or _is_typo(word):
         return False
     if len(word) < 3:
         return word in _SHORT_TERMS
@@ -172,7 +207,10 @@ def _is_content_word(word: str) -> bool:
 
 _FENCED_CODE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 _URL = re.compile(r"\b(?:https?|ftp)://\S+|\bwww\.\S+")
-_PLACEHOLDER = re.compile(r"\[REDACTED:[^\]]*\]")
+# Our redaction placeholders ([REDACTED:aws-key]) and the markers other tools leave in published transcripts
+# ("[redacted text len=120 sha256=ab12cd]", "<redacted>"); markup tags such as "<file_photo>" or "<command-name>".
+_PLACEHOLDER = re.compile(r"\[redacted\b[^\]]*\]|<redacted\b[^>]*>|</?[a-z][\w-]*>", re.IGNORECASE)
+_ASSIGNMENT = re.compile(r"\b[\w.-]+=\S*")  # len=120, sha=ab12: parameters, not subjects
 # "Jason Wu: " at a line start; not "Edited src/app.py: " (a tool line naming a path) nor a long lead-in.
 _SPEAKER_LABEL = re.compile(r"^[^\s:/.`\"]+(?: [^\s:/.`\"]+){0,3}:[ \t]+", re.MULTILINE)
 _PATH = re.compile(
@@ -218,7 +256,7 @@ def _prose_and_paths(text: str) -> tuple[str, list[tuple[str, float]]]:
     """Text with noise removed, and the weighted module terms of the paths it mentioned."""
     text = unicodedata.normalize("NFKD", _FENCED_CODE.sub(" ", text))
     text = "".join(char for char in text if not unicodedata.combining(char))  # "Café" -> "Cafe"
-    text = _PLACEHOLDER.sub(" ", _URL.sub(" ", text))
+    text = _ASSIGNMENT.sub(" ", _PLACEHOLDER.sub(" ", _URL.sub(" ", text)))
     text = _SPEAKER_LABEL.sub("", text)
     path_terms: list[tuple[str, float]] = []
 
@@ -385,20 +423,36 @@ def llm_topics(text: str, llm: ChatModel, *, max_topics: int = DEFAULT_MAX_TOPIC
     return _validated_topics(reply, llm.model, max_topics)
 
 
+_MARKER_WORDS = frozenset({"redacted", "placeholder", "len", "sha", "sha1", "sha256", "md5"})
+"""Words of redaction markers ("[redacted text len=120 sha256=...]"): a tag with one of them names no subject."""
+
+
+def usable_tags(tags: Iterable[str], max_topics: int = DEFAULT_MAX_TOPICS) -> list[str]:
+    """A model's tags normalized, each once, without what is no subject: generic words ("discussion"), function
+    words, ids and hashes, placeholders ("redacted"), typos; a tag is kept when one of its words says something."""
+    kept: list[str] = []
+    for tag in tags:
+        normalized = normalize_tag(tag)
+        words = normalized.split("-")
+        if not normalized or normalized in kept or normalized in _GENERIC_TAGS or _MARKER_WORDS.intersection(words):
+            continue
+        if any(re.fullmatch(r"[0-9a-f]*\d[0-9a-f]*", word) and len(word) >= 6 for word in words):
+            continue  # a hash or an id ("3f9a2c1d")
+        if any(_is_content_word(word) and word not in _GENERIC_TAGS for word in words):
+            kept.append(normalized)
+    return kept[:max_topics]
+
+
 def _validated_topics(reply: Any, model: str, max_topics: int) -> list[str]:
     if not isinstance(reply, dict) or not isinstance(reply.get("topics"), list):
         raise LLMError(f'{model} replied {str(reply)[:200]!r}; expected a JSON object {{"topics": [...]}}')
     raw = reply["topics"]
     if not all(isinstance(tag, str) for tag in raw):
         raise LLMError(f"{model} replied topics {str(raw)[:200]!r}; expected a list of strings")
-    tags: list[str] = []
-    for tag in raw:
-        normalized = normalize_tag(tag)
-        if normalized and normalized not in tags and normalized not in _GENERIC_TAGS and normalized not in _STOP_WORDS:
-            tags.append(normalized)
+    tags = usable_tags(raw, max_topics)
     if not tags:
         raise LLMError(f"{model} replied no usable topic tag in {str(raw)[:200]!r}")
-    return tags[:max_topics]
+    return tags
 
 
 # ---- session level --------------------------------------------------------------------------------

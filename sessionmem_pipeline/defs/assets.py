@@ -9,26 +9,25 @@ with a multi-run policy), so assets work over `context.partition_keys`.
 import contextlib
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 
 from sessionmem_pipeline.defs.partitions import WAREHOUSE_POOL, session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
-from sessionmem_pipeline.providers import chat_model_from_settings
-from sessionmem_pipeline.stages.discover import discover
-from sessionmem_pipeline.stages.embed import embed_sessions
-from sessionmem_pipeline.stages.ingest import ingest_file, remove_file
-from sessionmem_pipeline.stages.memories import ingest_memories
-from sessionmem_pipeline.stages.summaries import summarize_sessions
-from sessionmem_pipeline.stages.threads import refresh_threads
-from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
-from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_options, collapse_sessions
-from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, storage_guard, writer_lock
+from sessionmem_pipeline.stages import pipeline
+from sessionmem_pipeline.stages.discover import scan_sources
+from sessionmem_pipeline.stages.privacy import privacy_rules
+from sessionmem_pipeline.stages.pipeline import StageReport
+from sessionmem_pipeline.stages.registry import SUMMARIZE_DUE, SUMMARIZE_NOW, Providers, StageContext
+from sessionmem_pipeline.stages.run import IndexReport, record_run
+from sessionmem_pipeline.warehouse import Warehouse, publish_if_stale, rebuild_file, storage_guard, writer_lock
 
 warnings.filterwarnings("ignore", category=dg.BetaWarning)  # backfill_policy is beta in Dagster 1.13
 
 BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=200)
+SENSOR_RUN_TAG = "sessionmem/run_key"
+"""Tag on runs a sensor asked for: their summaries follow the due rule; any other run summarizes now."""
 
 
 def session_asset(**kwargs: object):
@@ -43,200 +42,165 @@ def session_asset(**kwargs: object):
 
 
 @contextlib.contextmanager
-def _warehouse(sessionmem: SessionmemResource, context: dg.AssetExecutionContext) -> Iterator[Warehouse]:
+def _stage_context(
+    context: dg.AssetExecutionContext, sessionmem: SessionmemResource, *, partitioned: bool = True
+) -> Iterator[tuple[StageContext, IndexReport]]:
+    """The warehouse under the writer lock, a stage context scoped to the run's partitions, and a report whose
+    counts go into the run's row in `runs`. The snapshot is published at the end when this run does not also
+    materialize `search_index` (which publishes), so search sees any materialization with no other click."""
     settings = sessionmem.settings()
+    report = IndexReport(run_id=context.run.run_id)
+    started = time.perf_counter()
     holder = f"dagster run {context.run.run_id}"
-    with writer_lock(settings.warehouse, holder=holder), storage_guard(settings.warehouse, context.asset_key.to_user_string()):
+    where = context.asset_key.to_user_string()
+    with writer_lock(settings.warehouse, holder=holder), storage_guard(settings.warehouse, where):
         with Warehouse(settings.warehouse) as wh:
-            yield wh
+            keys = list(context.partition_keys) if partitioned else None
+            scope = [s for key in keys for s in wh.sessions_of_partition(key)] if keys is not None else None
+            from_sensor = SENSOR_RUN_TAG in context.run.tags
+            ctx = StageContext(
+                wh,
+                settings,
+                Providers(settings),
+                context.run.run_id,
+                scope=scope,
+                partition_keys=keys,
+                summarize=SUMMARIZE_DUE if from_sensor else SUMMARIZE_NOW,
+                progress=lambda stage, done, total: None,
+            )
+            started_at = ctx.now
+            yield ctx, report
+            report.seconds = time.perf_counter() - started
+            record_run(wh, report, started_at, "dagster")
+            generation = wh.generation()
+            wh.checkpoint()
+        if report.outgrown:
+            rebuild_file(settings.warehouse)
+        if search_index.key not in (context.run.asset_selection or set()):
+            publish_if_stale(settings.warehouse, generation)
 
 
-def _sessions(wh: Warehouse, context: dg.AssetExecutionContext) -> list[str]:
-    return [s for key in context.partition_keys for s in wh.sessions_of_partition(key)]
-
-
-@session_asset(
-    group_name="sessions",
-)
-def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
-    """Canonical messages of each session file: validated, quarantined when unusable, only new lines when grown."""
-    started = time.perf_counter()
-    settings = sessionmem.settings()
-    files = {f.partition_key: f for f in discover(settings.sources)}
-    decisions: dict[str, int] = {}
-    written = warnings = 0
-    quarantined: list[str] = []
-    with _warehouse(sessionmem, context) as wh:
-        for key in context.partition_keys:
-            source = files.get(key)
-            if source is None:
-                for row in wh.indexed_paths():
-                    if row["partition_key"] == key:
-                        remove_file(wh, row["path"])
-                decisions["deleted"] = decisions.get("deleted", 0) + 1
-                continue
-            outcome = ingest_file(wh, source, max_bad_share=settings["validation.max_bad_line_share"])
-            decision = "quarantined" if outcome.quarantine_reason else outcome.decision
-            decisions[decision] = decisions.get(decision, 0) + 1
-            written += outcome.messages_written
-            warnings += len(outcome.warnings)
-            if outcome.quarantine_reason:
-                quarantined.append(f"- `{source.path}`: {outcome.quarantine_reason}")
-                context.log.warning(f"quarantined {source.path}: {outcome.quarantine_reason}")
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": written,
-            "files": len(context.partition_keys),
-            "decisions": dg.MetadataValue.json(decisions),
-            "malformed_lines_skipped": warnings,
-            "quarantined": len(quarantined),
-            "quarantine": dg.MetadataValue.md("\n".join(quarantined) or "none"),
-            "seconds": round(time.perf_counter() - started, 3),
-        }
-    )
-
-
-@session_asset(
-    deps=[raw_messages],
-    group_name="sessions",
-)
-def collapsed_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
-    """Tool calls collapsed to one narrative line each, secrets redacted (everything downstream reads this)."""
-    started = time.perf_counter()
-    with _warehouse(sessionmem, context) as wh:
-        outcome = collapse_sessions(wh, _sessions(wh, context))
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": outcome.messages,
-            "sessions": outcome.sessions,
-            "tool_calls": outcome.tool_calls,
-            "seconds": round(time.perf_counter() - started, 3),
-        }
-    )
-
-
-@session_asset(
-    deps=[collapsed_messages],
-    group_name="sessions",
-)
-def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
-    """Exchange chunks with topic tags, decision/action flags and the contextual prefix."""
-    started = time.perf_counter()
-    settings = sessionmem.settings()
-    options = chunking_options(settings, sessionmem.embedder(), chat_model_from_settings(settings))
-    with _warehouse(sessionmem, context) as wh:
-        session_ids = _sessions(wh, context)
-        outcome = chunk_sessions(wh, session_ids, **options)
-        preview = wh.query(
-            "SELECT chunk_index, topics, left(content, 200) AS content FROM chunks "
-            "WHERE session_id IN (SELECT unnest(?)) ORDER BY session_id, chunk_index LIMIT 3",
-            [session_ids],
+def _partition_metadata(
+    context: dg.AssetExecutionContext,
+    ctx: StageContext,
+    report: StageReport,
+    fields: Callable[[str, dict], dict] = lambda key, counts: {},
+) -> None:
+    """Metadata per partition (its sessions' counts, project and title), not the run's totals."""
+    for key in context.partition_keys:
+        sessions = ctx.wh.query(
+            "SELECT session_id, project, title, first_request, source_missing FROM sessions WHERE partition_key = ?",
+            [key],
         )
-    for warning in outcome.warnings:
-        context.log.warning(warning)
+        counts: dict[str, int] = {}
+        for session in sessions:
+            for name, value in report.per_session.get(session["session_id"], {}).items():
+                counts[name] = counts.get(name, 0) + value
+        first = sessions[0] if sessions else {}
+        metadata = {
+            "sessions": len(sessions),
+            "project": first.get("project") or "",
+            "title": (first.get("title") or first.get("first_request") or "")[:120],
+            **fields(key, counts),
+        }
+        context.add_asset_metadata(metadata, partition_key=key)
+
+
+@session_asset(group_name="sessions")
+def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
+    """Canonical messages of each session file: validated, privacy exclusions applied, redacted, quarantined when
+    unusable, only new lines when grown; a vanished file's sessions stay, marked source-missing."""
+    with _stage_context(context, sessionmem) as (ctx, report):
+        scan = scan_sources(ctx.settings.sources, rules=privacy_rules(ctx.settings))
+        scan.files = [f for f in scan.files if f.partition_key in set(context.partition_keys)]
+        pipeline.ingest(ctx, scan, report)
+        pipeline.mark_missing_sources(ctx, None, report)
+        for item in report.quarantined:
+            context.log.warning(f"quarantined {item['path']}: {item['reason']}")
+        for problem in report.source_problems:
+            context.log.warning(f"source problem: {problem['path']}: {problem['detail']}")
+        _partition_metadata(context, ctx, report, lambda key, counts: dict(report.per_file.get(key, {})))
     return dg.MaterializeResult(
         metadata={
-            "dagster/row_count": outcome.chunks,
-            "tokens": outcome.tokens,
-            "max_tokens": options["max_tokens"],
-            "dropped_messages": outcome.dropped_messages,
-            "llm_topic_calls": outcome.llm_calls,
-            "preview": dg.MetadataValue.md(
-                "\n\n".join(f"**{r['chunk_index']}** {', '.join(r['topics'] or [])}\n\n> {r['content']}" for r in preview)
-                or "no chunks"
+            "dagster/row_count": report.messages_written,
+            "decisions": dg.MetadataValue.json(report.decisions),
+            "malformed_lines_skipped": len(report.warnings),
+            "source_problems": len(report.source_problems),
+            "kept_out_by_privacy": len(report.excluded),
+            "quarantine": dg.MetadataValue.md(
+                "\n".join(f"- `{q['path']}`: {q['reason']}" for q in report.quarantined) or "none"
             ),
-            "seconds": round(time.perf_counter() - started, 3),
         }
     )
 
 
-@session_asset(
-    deps=[chunks],
-    group_name="sessions",
-)
+@session_asset(deps=[raw_messages], group_name="sessions")
+def collapsed_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> None:
+    """Tool calls collapsed to one narrative line each (everything downstream reads this)."""
+    with _stage_context(context, sessionmem) as (ctx, report):
+        pipeline.collapse(ctx, report)
+        _partition_metadata(context, ctx, report, lambda key, counts: {"rebuilt": bool(counts.get("collapsed"))})
+
+
+@session_asset(deps=[collapsed_messages], group_name="sessions")
+def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> None:
+    """Exchange chunks with topic tags, decision/action flags and the contextual prefix."""
+    with _stage_context(context, sessionmem) as (ctx, report):
+        pipeline.chunk(ctx, report)
+        for warning in report.warnings:
+            context.log.warning(warning)
+
+        def fields(key: str, counts: dict) -> dict:
+            return {"dagster/row_count": counts.get("chunks", 0), "tokens": counts.get("tokens", 0)}
+
+        _partition_metadata(context, ctx, report, fields)
+
+
+@session_asset(deps=[chunks], group_name="sessions")
 def chunk_embeddings(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Vectors of each chunk's contextual content, cached by (model, text hash); failures retried next run."""
-    started = time.perf_counter()
-    embedder = sessionmem.embedder()
-    with _warehouse(sessionmem, context) as wh:
-        outcome = embed_sessions(
-            wh, _sessions(wh, context), embedder, progress=lambda n: context.log.info(f"embedded a batch of {n}")
-        )
+    with _stage_context(context, sessionmem) as (ctx, report):
+        pipeline.embed(ctx, report)
+        _partition_metadata(context, ctx, report)
     return dg.MaterializeResult(
         metadata={
-            "dagster/row_count": outcome.embedded + outcome.cached,
-            "embedded": outcome.embedded,
-            "cached": outcome.cached,
-            "failed": outcome.failed,
-            "model": embedder.model_id,
-            "seconds": round(time.perf_counter() - started, 3),
+            "embedded": report.embedded,
+            "cached": report.embeddings_cached,
+            "failed": report.embedding_failures,
         }
     )
 
 
-@session_asset(
-    deps=[collapsed_messages],
-    group_name="summaries",
-)
+@session_asset(deps=[collapsed_messages], group_name="summaries")
 def session_summaries(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
-    """Versioned, incremental summaries of each session (a new version only when its input changed), embedded."""
-    started = time.perf_counter()
-    settings = sessionmem.settings()
-    if not settings["summaries.enabled"]:
-        return dg.MaterializeResult(metadata={"dagster/row_count": 0, "skipped": "summaries.enabled is false"})
-    with _warehouse(sessionmem, context) as wh:
-        outcome = summarize_sessions(
-            wh, _sessions(wh, context), llm=chat_model_from_settings(settings), embedder=sessionmem.embedder()
-        )
-    for warning in outcome.llm_fallbacks:
+    """Versioned, incremental summaries (a new version only when the input changed), embedded: what is due when
+    a sensor asked, every stale session when a person launched the run."""
+    with _stage_context(context, sessionmem) as (ctx, report):
+        pipeline.summarize(ctx, report)
+        _partition_metadata(context, ctx, report)
+    for warning in report.warnings:
         context.log.warning(f"chat model failed, extractive summary used: {warning}")
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": outcome.versions_written,
-            "unchanged": outcome.unchanged,
-            "messages_read": outcome.messages_read,
-            "llm_fallbacks": len(outcome.llm_fallbacks),
-            "seconds": round(time.perf_counter() - started, 3),
-        }
-    )
+    return dg.MaterializeResult(metadata={"versions_written": report.summaries_written})
 
 
-@dg.asset(
-    pool=WAREHOUSE_POOL,
-    deps=[session_summaries],
-    group_name="summaries",
-    kinds={"duckdb"},
-    automation_condition=dg.AutomationCondition.eager(),
-)
+@dg.asset(pool=WAREHOUSE_POOL, deps=[session_summaries], group_name="summaries", kinds={"duckdb"})
 def session_threads(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Related sessions linked into threads (summary similarity, shared topics and files, time)."""
-    started = time.perf_counter()
-    with _warehouse(sessionmem, context) as wh:
-        count = refresh_threads(wh)
-        linked = wh.scalar("SELECT count(*) FROM session_threads")
-    return dg.MaterializeResult(
-        metadata={"dagster/row_count": linked, "threads": count, "seconds": round(time.perf_counter() - started, 3)}
-    )
+    with _stage_context(context, sessionmem, partitioned=False) as (ctx, report):
+        pipeline.threads(ctx, report)
+        linked = ctx.wh.scalar("SELECT count(*) FROM session_threads")
+    return dg.MaterializeResult(metadata={"dagster/row_count": linked, "rebuilt": report.threads is not None})
 
 
 @dg.asset(pool=WAREHOUSE_POOL, group_name="search", kinds={"duckdb"})
 def memories(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
-    """Curated memories from the `memories.jsonl` files in the source roots, embedded."""
-    started = time.perf_counter()
-    settings = sessionmem.settings()
-    with _warehouse(sessionmem, context) as wh:
-        outcome = ingest_memories(wh, settings.sources, sessionmem.embedder())
-    for warning in outcome.warnings:
+    """Curated memories from the `memories.jsonl` files in the source roots and the inbox, embedded."""
+    with _stage_context(context, sessionmem, partitioned=False) as (ctx, report):
+        pipeline.memories(ctx, ctx.settings.sources, report)
+        stored = ctx.wh.scalar("SELECT count(*) FROM memories")
+    for warning in report.warnings:
         context.log.warning(warning)
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": outcome.memories,
-            "files": outcome.files,
-            "embedded": outcome.embedded,
-            "malformed_lines_skipped": len(outcome.warnings),
-            "seconds": round(time.perf_counter() - started, 3),
-        }
-    )
+    return dg.MaterializeResult(metadata={"dagster/row_count": stored, "embedded": report.memories_embedded})
 
 
 @dg.asset(
@@ -244,24 +208,21 @@ def memories(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) 
     deps=[chunk_embeddings, session_summaries, session_threads, memories],
     group_name="search",
     kinds={"duckdb"},
-    automation_condition=dg.AutomationCondition.eager(),
 )
 def search_index(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
-    """Orphans removed, BM25 rebuilt, HNSW compacted, and the reader snapshot published."""
-    started = time.perf_counter()
+    """The keyword and vector indexes brought up to date, and the reader snapshot published."""
     settings = sessionmem.settings()
-    with _warehouse(sessionmem, context) as wh:
-        orphans = remove_orphans(wh, settings.sources)
-        outcome = refresh_search_index(wh)
+    with _stage_context(context, sessionmem, partitioned=False) as (ctx, report):
+        pipeline.index(ctx, report)
+        chunk_count = ctx.wh.scalar("SELECT count(*) FROM chunks")
+        generation = ctx.wh.generation()
     with writer_lock(settings.warehouse, holder=f"dagster run {context.run.run_id}"):
-        snapshot = publish_snapshot(settings.warehouse)
+        snapshot = publish_if_stale(settings.warehouse, generation)
     return dg.MaterializeResult(
         metadata={
-            "dagster/row_count": outcome.chunks,
-            "vectors": outcome.vectors,
-            "orphans_removed": orphans,
-            "snapshot": dg.MetadataValue.path(str(snapshot)),
-            "seconds": round(time.perf_counter() - started, 3),
+            "dagster/row_count": chunk_count,
+            "rebuilt": report.indexed,
+            "published": dg.MetadataValue.path(str(snapshot)) if snapshot else "already current",
         }
     )
 

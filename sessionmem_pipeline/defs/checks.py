@@ -76,7 +76,23 @@ def search_index_covers_all_chunks(sessionmem: SessionmemResource) -> dg.AssetCh
     return dg.AssetCheckResult(passed=missing == 0, metadata={"chunks_not_indexed": missing})
 
 
+@dg.asset_check(asset=search_index)
+def every_session_is_built_by_the_current_stages(sessionmem: SessionmemResource) -> dg.AssetCheckResult:
+    """No session in the published snapshot waits for a stage of this sessionmem and configuration (the same
+    stage state `health` and `status` read; summaries waiting for their session to go idle do not count)."""
+    from sessionmem_pipeline.status import stale_stages
+    from sessionmem_pipeline.warehouse import open_reader
+
+    conn = open_reader(sessionmem.settings().warehouse)
+    try:
+        stale = stale_stages(sessionmem.settings(), conn)
+    finally:
+        conn.close()
+    return dg.AssetCheckResult(passed=not any(stale.values()), metadata={f"stale_{k}": v for k, v in stale.items()})
+
+
 PIPELINE_CHECKS = [
+    every_session_is_built_by_the_current_stages,
     chunks_within_token_limit,
     no_empty_chunks,
     every_message_is_chunked_or_dropped_with_a_reason,

@@ -1,9 +1,15 @@
-"""`session_files_sensor`: new, changed and deleted session files, from file stats and the cursor only.
+"""Sensors: they never open the live warehouse, only file stats, their cursors and the published snapshot.
 
-It never opens the warehouse and never reads a file: a changed size or mtime is enough to ask for a run, and the
-run's ingest makes the exact decision (grown, rewritten, or unchanged after all). New and changed files become
-one backfill over their partitions (split into runs of up to 200 partitions by the assets' backfill policy), so
-1,000 new sessions cost a handful of runs, not 1,000.
+`session_files_sensor`: new, changed and vanished session files. A changed size or mtime is enough to ask for a
+run, and the run's stages make the exact decision from the stage state. New and changed files become one backfill
+over their partitions (split into runs of up to 200 partitions by the assets' backfill policy), so 1,000 new
+sessions cost a handful of runs, not 1,000. On its first tick it starts from what the snapshot says is indexed,
+so a warehouse the CLI built is not processed again.
+
+`summary_due_sensor`: sessions due for a summary, from the snapshot.
+
+`warehouse_state_sensor`: what `sessionmem index` built outside Dagster, reported as materializations per
+partition from the snapshot's stage state, so the catalog shows it (the CLI itself never imports Dagster).
 """
 
 
@@ -17,6 +23,7 @@ from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraph
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.changes import stat_changed
 from sessionmem_pipeline.defs.assets import (
+    SENSOR_RUN_TAG,
     chunk_embeddings,
     chunks,
     collapsed_messages,
@@ -24,16 +31,29 @@ from sessionmem_pipeline.defs.assets import (
     raw_messages,
     search_index,
     session_summaries,
+    session_threads,
 )
 from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
 from sessionmem_pipeline.stages.discover import discover, file_stat
+from sessionmem_pipeline.stages.privacy import privacy_rules
 from sessionmem_pipeline.stages.memories import find_memory_files
 from sessionmem_pipeline.stages.summaries import due, pending
-from sessionmem_pipeline.warehouse import open_reader, read_storage_error, snapshot_path
+from sessionmem_pipeline.warehouse import open_reader, read_storage_error, snapshot_generation, snapshot_path
 
 SENSOR_SETTINGS = load_settings()  # intervals are fixed when Dagster loads the definitions (spec 000 cron interval)
-INDEX_ASSETS = [raw_messages, collapsed_messages, chunks, chunk_embeddings]
+INDEX_ASSETS = [raw_messages, collapsed_messages, chunks, chunk_embeddings, session_summaries]
+STAGE_ASSETS = {
+    "ingest": raw_messages,
+    "collapse": collapsed_messages,
+    "chunk": chunks,
+    "embed": chunk_embeddings,
+    "summarize": session_summaries,
+    "threads": session_threads,
+    "memories": memories,
+    "index": search_index,
+}
+"""The asset that stands for each registered stage (stages/registry.py)."""
 
 
 def backfill_request(
@@ -49,7 +69,7 @@ def backfill_request(
         partitions_subsets_by_asset_key={a.key: subset for a in partitioned},
         non_partitioned_asset_keys={a.key for a in unpartitioned},
     )
-    return dg.RunRequest.for_asset_graph_subset(graph_subset, tags={"sessionmem/run_key": run_key})
+    return dg.RunRequest.for_asset_graph_subset(graph_subset, tags={SENSOR_RUN_TAG: run_key})
 
 
 def _memory_stats(settings: Settings) -> dict[str, list[int]]:
@@ -60,8 +80,22 @@ def _memory_stats(settings: Settings) -> dict[str, list[int]]:
     }
 
 
+def _indexed_stats(settings: Settings) -> dict[str, list[int]]:
+    """The first cursor: each indexed file's stat as the snapshot has it (empty when nothing is published)."""
+    if snapshot_generation(settings.warehouse) is None:
+        return {}
+    conn = open_reader(settings.warehouse)
+    try:
+        rows = conn.execute(
+            "SELECT partition_key, size, mtime_ns FROM source_files WHERE status = 'indexed'"
+        ).fetchall()
+    finally:
+        conn.close()
+    return {key: [size, mtime_ns] for key, size, mtime_ns in rows}
+
+
 @dg.sensor(
-    asset_selection=dg.AssetSelection.assets(*INDEX_ASSETS, memories, search_index),
+    asset_selection=dg.AssetSelection.assets(*INDEX_ASSETS, session_threads, memories, search_index),
     minimum_interval_seconds=int(SENSOR_SETTINGS["sensors.files_interval_minutes"] * 60),
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
@@ -71,38 +105,38 @@ def session_files_sensor(context: dg.SensorEvaluationContext, sessionmem: Sessio
     paused = read_storage_error(settings.warehouse)
     if paused:
         return dg.SensorResult(skip_reason=f"paused after a storage error ({paused['error']}); run `sessionmem health`")
-    remembered: dict[str, list] = json.loads(context.cursor) if context.cursor else {}
-    current = {f.partition_key: f for f in discover(settings.sources)}
+    remembered: dict[str, list] = json.loads(context.cursor) if context.cursor else _indexed_stats(settings)
+    current = {f.partition_key: f for f in discover(settings.sources, rules=privacy_rules(settings))}
 
     memory_files = _memory_stats(settings)
     remembered_memories = {k: v for k, v in remembered.items() if k.startswith("memories:")}
     remembered = {k: v for k, v in remembered.items() if not k.startswith("memories:")}
     new = [k for k in current if k not in remembered]
-    changed = [
-        k for k, f in current.items() if k in remembered and stat_changed(f.stat, tuple(remembered[k][:2]))
-    ]
-    deleted = sorted(k for k in remembered if k not in current)
+    changed = [k for k, f in current.items() if k in remembered and stat_changed(f.stat, tuple(remembered[k][:2]))]
+    vanished = [k for k in remembered if k not in current]  # their sessions stay, marked source-missing
     state = {k: [f.stat.size, f.stat.mtime_ns] for k, f in current.items()} | memory_files
     cursor = json.dumps(dict(sorted(state.items())), separators=(",", ":"))
     digest = hashlib.sha256(cursor.encode()).hexdigest()[:16]
-    unpartitioned = [search_index] + ([memories] if memory_files != remembered_memories else [])
-    to_run = sorted(new + changed)
+    unpartitioned = [session_threads, search_index] + ([memories] if memory_files != remembered_memories else [])
+    to_run = sorted(new + changed + vanished)
     run_requests = []
     if to_run:
         run_requests.append(backfill_request(INDEX_ASSETS, to_run, unpartitioned, f"files-{digest}"))
-    elif deleted or len(unpartitioned) > 1:
-        run_requests.append(dg.RunRequest(asset_selection=[a.key for a in unpartitioned], run_key=f"other-{digest}"))
-    partition_requests = []
-    if new:
-        partition_requests.append(session_partitions.build_add_request(sorted(new)))
-    if deleted:
-        partition_requests.append(session_partitions.build_delete_request(deleted))
-    context.log.info(f"{len(new)} new, {len(changed)} changed, {len(deleted)} deleted session files")
+    elif memories in unpartitioned:
+        run_requests.append(
+            dg.RunRequest(
+                asset_selection=[a.key for a in unpartitioned], run_key=f"other-{digest}", tags={SENSOR_RUN_TAG: digest}
+            )
+        )
+    known = set(context.instance.get_dynamic_partitions(session_partitions.name))
+    unknown = sorted(set(current) - known)
+    partition_requests = [session_partitions.build_add_request(unknown)] if unknown else []
+    context.log.info(f"{len(new)} new, {len(changed)} changed, {len(vanished)} vanished session files")
     return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partition_requests, cursor=cursor)
 
 
 @dg.sensor(
-    asset_selection=dg.AssetSelection.assets(session_summaries, search_index),
+    asset_selection=dg.AssetSelection.assets(session_summaries, session_threads, search_index),
     minimum_interval_seconds=int(SENSOR_SETTINGS["sensors.summaries_interval_minutes"] * 60),
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
@@ -135,6 +169,56 @@ def summary_due_sensor(context: dg.SensorEvaluationContext, sessionmem: Sessionm
     digest = hashlib.sha256(" ".join(sorted(fresh)).encode()).hexdigest()[:16]
     context.log.info(f"{len(fresh)} sessions due for a summary in {len(keys)} files")
     return dg.SensorResult(
-        run_requests=[backfill_request([session_summaries], keys, [search_index], f"summaries-{digest}")],
+        run_requests=[
+            backfill_request([session_summaries], keys, [session_threads, search_index], f"summaries-{digest}")
+        ],
         cursor=cursor,
+    )
+
+
+CLI_RUNS = "cli-"
+
+
+@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+def warehouse_state_sensor(context: dg.SensorEvaluationContext, sessionmem: SessionmemResource) -> dg.SensorResult:
+    """Reports what `sessionmem index` built (stage state written by CLI runs since the last tick) as asset
+    materializations per partition, from the published snapshot, so the catalog shows the CLI's work."""
+    settings = sessionmem.settings()
+    generation = snapshot_generation(settings.warehouse)
+    if generation is None:
+        return dg.SensorResult(skip_reason="nothing published yet")
+    seen = json.loads(context.cursor) if context.cursor else {"generation": -1, "built_at": ""}
+    if seen["generation"] == generation:
+        return dg.SensorResult(skip_reason="nothing new in the snapshot")
+    conn = open_reader(settings.warehouse)
+    try:
+        rows = conn.execute(
+            """SELECT DISTINCT t.stage, s.partition_key, t.run_id, CAST(t.built_at AS VARCHAR) AS built
+               FROM stage_state t LEFT JOIN sessions s ON s.session_id = t.session_id
+               ORDER BY built"""
+        ).fetchall()
+        rows = [r for r in rows if r[2].startswith(CLI_RUNS) and r[3] > seen["built_at"]]
+    finally:
+        conn.close()
+    events = []
+    partitions: set[str] = set()
+    for stage, partition_key, run_id, _ in rows:
+        asset = STAGE_ASSETS.get(stage)
+        if asset is None or (asset.partitions_def is not None and partition_key is None):
+            continue
+        partition = partition_key if asset.partitions_def is not None else None
+        if partition:
+            partitions.add(partition)
+        events.append(
+            dg.AssetMaterialization(
+                asset_key=asset.key, partition=partition, metadata={"built_by": run_id, "source": "sessionmem index"}
+            )
+        )
+    known = set(context.instance.get_dynamic_partitions(session_partitions.name))
+    unknown = sorted(partitions - known)
+    latest = rows[-1][3] if rows else seen["built_at"]
+    return dg.SensorResult(
+        asset_events=events,
+        dynamic_partitions_requests=[session_partitions.build_add_request(unknown)] if unknown else [],
+        cursor=json.dumps({"generation": generation, "built_at": latest}),
     )

@@ -12,10 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import dataclasses
+import hashlib
+
 from sessionmem_pipeline.core import changes
 from sessionmem_pipeline.core.formats import inspect_file
 from sessionmem_pipeline.core.models import KIND_MESSAGE, Message, ParsedSession, ParseResult
+from sessionmem_pipeline.core.sanitize import sanitize_session
 from sessionmem_pipeline.stages.discover import SourceFile, file_stat
+from sessionmem_pipeline.stages.privacy import apply_privacy, exclusion_rows, privacy_rules
+from sessionmem_pipeline.stages.registry import INGEST, StageContext
 from sessionmem_pipeline.warehouse import Warehouse, message_row, to_json
 
 
@@ -32,6 +38,8 @@ class IngestOutcome:
     messages_written: int = 0
     warnings: list[str] = field(default_factory=list)
     quarantine_reason: str | None = None
+    excluded: list[tuple[str, str]] = field(default_factory=list)  # (session id, why) kept out by privacy rules
+    excluded_removed: int = 0  # of those, sessions stored before (an exclusion added since)
 
 
 def _read_prefix(path: str):
@@ -42,18 +50,36 @@ def _read_prefix(path: str):
     return read
 
 
-def ingest_file(
-    wh: Warehouse, source: SourceFile, *, max_bad_share: float = 0.5, full: bool = False
-) -> IngestOutcome:
-    """Decide what the file needs and do it, in one transaction."""
+def session_fingerprint(session: ParsedSession) -> str:
+    """What downstream stages are built from: the session's stored (redacted) messages and attributes, not the file
+    they were read from (the same conversation in a newer export is the same input)."""
+    digest = hashlib.sha256()
+    attributes = {k: v for k, v in vars(session).items() if k not in ("messages", "source_path")}
+    digest.update(to_json(attributes).encode())
+    for message in session.messages:
+        row = message_row(message)
+        del row["source_path"]
+        digest.update(to_json(row).encode())
+    return digest.hexdigest()
+
+
+def ingest_file(ctx: StageContext, source: SourceFile, *, full: bool = False) -> IngestOutcome:
+    """Decide what the file needs and do it, in one transaction with the ingest stage's state of its sessions.
+
+    A file stored under another ingest key (a new parser, redaction version or privacy setting) is read again
+    whole. Sessions the privacy rules exclude are not written (and forgotten if they were stored before); the rest
+    lose their private spans and secrets before anything is stored."""
+    wh: Warehouse = ctx.wh
+    key = ctx.keys[INGEST.name]
     previous, row = wh.source_state(source.path)
     current = file_stat(source.path)
     decision = changes.decide(current, previous, _read_prefix(source.path))
-    if full and decision == changes.UNCHANGED and previous is not None:
+    stored_under_other_key = previous is not None and row["stage_key"] != key
+    if decision in (changes.UNCHANGED, changes.GROWN) and previous is not None and (full or stored_under_other_key):
         decision = changes.REWRITTEN
     outcome = IngestOutcome(source.path, source.partition_key, decision)
     if decision == changes.DELETED:
-        remove_file(wh, source.path)
+        mark_missing(wh, source.path)
         return outcome
     if decision == changes.UNCHANGED:
         outcome.session_ids = list(row["session_ids"] or []) if row else []
@@ -77,6 +103,7 @@ def ingest_file(
     if not full and wh.quarantined_sha256(source.path) == sha256:
         outcome.decision = changes.UNCHANGED  # still the same broken file: nothing new to say
         return outcome
+    max_bad_share = ctx.settings["validation.max_bad_line_share"]
     report, parsed = inspect_file(source.path, source.root, data, max_bad_share=max_bad_share)
     outcome.warnings = list(report.warnings)
     outcome.format = report.format
@@ -85,22 +112,38 @@ def ingest_file(
         outcome.quarantine_reason = report.quarantine_reason
         return outcome
 
+    parsed, excluded = apply_privacy(parsed, privacy_rules(ctx.settings))
+    outcome.excluded = [(sid, str(why)) for sid, why in excluded]
+    forgotten = wh.forgotten_ids()
+    sessions = [sanitize_session(s) for s in parsed.sessions if s.session_id not in forgotten]
+    sessions = _not_claimed_by_newer_files(wh, sessions, source.path, current)
+    parsed = dataclasses.replace(parsed, sessions=sessions)
     stored_ids = list(row["session_ids"] or []) if row and previous else []
+    outcome.excluded_removed = len({sid for sid, _ in excluded} & set(stored_ids))
+    fingerprints = {session.session_id: session_fingerprint(session) for session in parsed.sessions}
     with wh.transaction():
-        plan = _write_plan(wh, parsed, stored_ids, decision)
-        if plan.replace_all:
-            wh.delete_sessions(stored_ids)
+        wh.forget_sessions([sid for sid, _ in excluded], _now(), remember=False)  # also publishes the exclusions
+        wh.replace("excluded_sessions", "path", [source.path], exclusion_rows([(source.path, s, w) for s, w in excluded]))
+        plan = _write_plan(wh, parsed, stored_ids, decision, fingerprints, key, source.path, full=full)
+        wh.delete_sessions(plan.removed + sorted(plan.replaced))
         for session in parsed.sessions:
+            if session.session_id in plan.unchanged:
+                continue
             start = plan.first_seq.get(session.session_id, 0)
             new = [m for m in session.messages if m.seq >= start]
             wh.conn.execute("DELETE FROM messages WHERE session_id = ? AND seq >= ?", [session.session_id, start])
             outcome.messages_written += wh.insert("messages", [message_row(m) for m in new])
-            if new or plan.replace_all:
-                outcome.changed_session_ids.append(session.session_id)
+            outcome.changed_session_ids.append(session.session_id)
+        wh.conn.execute(  # a conversation taken over from an older export, as it was: only where it now lives
+            "UPDATE messages SET source_path = ? WHERE session_id IN (SELECT unnest(?)) AND source_path <> ?",
+            [source.path, sorted(plan.unchanged), source.path],
+        )
         _write_sessions(wh, parsed.sessions, source)
         session_ids = [s.session_id for s in parsed.sessions]
+        wh.release_sessions(source.path, session_ids)
         wh.refresh_session_aggregates(session_ids)
-        _write_source_state(wh, source, parsed, data, sha256, session_ids)
+        _write_source_state(wh, source, parsed, data, sha256, session_ids, key)
+        ctx.record(INGEST, {s: fp for s, fp in fingerprints.items() if s not in plan.unchanged})
         wh.replace(
             "parse_warnings",
             "path",
@@ -108,32 +151,68 @@ def ingest_file(
             [{"path": w.path, "line": w.line, "reason": w.reason, "recorded_at": _now()} for w in parsed.warnings],
         )
         wh.delete_where("quarantine", "path", [source.path])
-    outcome.decision = changes.REWRITTEN if plan.replace_all and decision == changes.GROWN else decision
+        wh.bump_generation()
+    rewrote_stored = plan.removed or plan.replaced.intersection(stored_ids)
+    outcome.decision = changes.REWRITTEN if rewrote_stored and decision == changes.GROWN else decision
     outcome.session_ids = session_ids
     return outcome
 
 
+def _not_claimed_by_newer_files(
+    wh: Warehouse, sessions: Sequence[ParsedSession], path: str, current: changes.FileStat | None
+) -> list[ParsedSession]:
+    """Leave out sessions last read from another, newer file that is still there (an older export of the same
+    account must not overwrite the newer export's version of a conversation), whatever order files are read in."""
+    mtime_ns = current.mtime_ns if current is not None else 0
+    owners = wh.session_owners([s.session_id for s in sessions])
+    claimed = {
+        session_id
+        for session_id, (owner, owner_mtime_ns) in owners.items()
+        if owner != path and owner_mtime_ns is not None and owner_mtime_ns > mtime_ns
+    }
+    return [s for s in sessions if s.session_id not in claimed]
+
+
 @dataclass
 class _Plan:
-    replace_all: bool
+    unchanged: set[str]  # sessions stored with this fingerprint: left alone, their later stages stay built
+    replaced: set[str]  # sessions whose rows in every table are replaced whole
+    removed: list[str]  # sessions this file held and holds no more
     first_seq: dict[str, int]  # session -> first seq to (re)write
 
 
-def _write_plan(wh: Warehouse, parsed: ParseResult, stored_ids: Sequence[str], decision: str) -> _Plan:
-    """For a grown file, where each session's new messages start; otherwise replace everything."""
-    if decision != changes.GROWN:
-        return _Plan(True, {})
-    first_seq: dict[str, int] = {}
-    parsed_ids = {s.session_id for s in parsed.sessions}
-    if not set(stored_ids) <= parsed_ids:
-        return _Plan(True, {})
+def _write_plan(
+    wh: Warehouse,
+    parsed: ParseResult,
+    stored_ids: Sequence[str],
+    decision: str,
+    fingerprints: dict[str, str],
+    key: str,
+    path: str,
+    *,
+    full: bool,
+) -> _Plan:
+    """Per session, so a multi-session file (an export, an Aider history) changed in one session rebuilds only that
+    one: a session stored with the same fingerprint is left alone; in a grown file, a session whose stored messages
+    are still its first ones gets its new messages from its last stored one on; any other is replaced whole. The
+    file's stored sessions that it no longer holds go, unless another file has taken them over since."""
+    parsed_ids = set(fingerprints)
+    owners = wh.session_owners([s for s in stored_ids if s not in parsed_ids])
+    removed = [s for s in stored_ids if s not in parsed_ids and owners.get(s, (path,))[0] == path]
+    stored = {} if full else wh.stage_inputs(INGEST.name, list(parsed_ids))
+    plan = _Plan(set(), set(), removed, {})
     for session in parsed.sessions:
-        stored = wh.message_keys(session.session_id) if session.session_id in stored_ids else []
-        keep = max(len(stored) - 1, 0)  # the last stored message may still be growing
-        if [m.message_id for m in session.messages[:keep]] != stored[:keep]:
-            return _Plan(True, {})
-        first_seq[session.session_id] = keep
-    return _Plan(False, first_seq)
+        session_id = session.session_id
+        if stored.get(session_id) == (fingerprints[session_id], key):
+            plan.unchanged.add(session_id)
+            continue
+        keys = wh.message_keys(session_id) if decision == changes.GROWN and session_id in stored_ids else []
+        keep = max(len(keys) - 1, 0)  # the last stored message may still be growing
+        if keys and [m.message_id for m in session.messages[:keep]] == keys[:keep]:
+            plan.first_seq[session_id] = keep
+        else:
+            plan.replaced.add(session_id)
+    return plan
 
 
 def _first_request(messages: Sequence[Message]) -> str | None:
@@ -162,6 +241,7 @@ def _write_sessions(wh: Warehouse, sessions: Sequence[ParsedSession], source: So
                 "first_request": existing.get("first_request") or _first_request(session.messages),
                 "metadata": to_json(session.metadata),
                 "indexed_at": _now(),
+                "source_missing": False,
                 "summary_version": existing.get("summary_version"),
                 "summary_overview": existing.get("summary_overview"),
                 "topics": existing.get("topics"),
@@ -171,7 +251,13 @@ def _write_sessions(wh: Warehouse, sessions: Sequence[ParsedSession], source: So
 
 
 def _write_source_state(
-    wh: Warehouse, source: SourceFile, parsed: ParseResult, data: bytes, sha256: str, session_ids: list[str]
+    wh: Warehouse,
+    source: SourceFile,
+    parsed: ParseResult,
+    data: bytes,
+    sha256: str,
+    session_ids: list[str],
+    stage_key: str,
 ) -> None:
     current = file_stat(source.path) or source.stat
     consumed = parsed.consumed_bytes
@@ -197,6 +283,7 @@ def _write_source_state(
                 "warning_count": len(parsed.warnings),
                 "skipped": to_json(parsed.skipped),
                 "last_indexed_at": _now(),
+                "stage_key": stage_key,
             }
         ],
     )
@@ -207,6 +294,7 @@ def _quarantine(
 ) -> None:
     """Record the file as unusable; its earlier rows (if it was valid once) stay searchable."""
     with wh.transaction():
+        wh.bump_generation()
         wh.replace(
             "quarantine",
             "path",
@@ -225,15 +313,10 @@ def _quarantine(
         )
 
 
-def remove_file(wh: Warehouse, path: str) -> list[str]:
-    """A deleted source file: its sessions' rows everywhere, its state and its quarantine record."""
-    _, row = wh.source_state(path)
-    session_ids = list(row["session_ids"] or []) if row else []
+def mark_missing(wh: Warehouse, path: str) -> list[str]:
+    """A source file that is gone: its sessions stay (marked source-missing) until they are forgotten."""
     with wh.transaction():
-        wh.delete_sessions(session_ids)
-        for table in ("source_files", "quarantine", "parse_warnings"):
-            wh.delete_where(table, "path", [path])
-    return session_ids
+        return wh.mark_source_missing(path)
 
 
 def _now() -> datetime:

@@ -3,40 +3,33 @@ stage functions, asset by asset)."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core import changes
-from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
-from sessionmem_pipeline.core.formats import validate_file
-from sessionmem_pipeline.providers import Embedder, chat_model_from_settings, embedder_from_settings
-from sessionmem_pipeline.stages.discover import SourceFile, discover
-from sessionmem_pipeline.stages.embed import embed_sessions
-from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file
+from sessionmem_pipeline.providers import Embedder
+from sessionmem_pipeline.stages.discover import SourceFile, discover, scan_sources
+from sessionmem_pipeline.stages.pipeline import StageReport, run_all
+from sessionmem_pipeline.stages.privacy import privacy_rules
+from sessionmem_pipeline.stages.registry import Providers, StageContext, fault_point
+from sessionmem_pipeline.stages.search_index import refresh_search_index
+from sessionmem_pipeline.stages.summaries import embed_missing_summaries, latest_summary, summarize_sessions
 from sessionmem_pipeline.stages.memories import ingest_memories
-from sessionmem_pipeline.stages.summaries import (
-    due,
-    embed_missing_summaries,
-    latest_summary,
-    pending,
-    summarize_sessions,
-)
-from sessionmem_pipeline.stages.threads import refresh_threads
-from sessionmem_pipeline.stages.search_index import refresh_search_index, remove_orphans
-from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_options, collapse_sessions
+from sessionmem_pipeline.stages.embed import embed_sessions
+from sessionmem_pipeline.core.formats import validate_file
 from sessionmem_pipeline.warehouse import (
     Warehouse,
+    publish_if_stale,
     publish_snapshot,
     rebuild_file,
-    snapshot_path,
     storage_guard,
     to_json,
+    write_run_marker,
     writer_lock,
 )
 
@@ -45,51 +38,12 @@ Progress = Callable[[str, int, int], None]
 
 
 @dataclass
-class IndexReport:
+class IndexReport(StageReport):
     """What one `index` run did, for the summary line, `--json` and the runs table."""
 
-    run_id: str
-    files_seen: int = 0
-    decisions: dict[str, int] = field(default_factory=dict)
-    formats: dict[str, dict[str, int]] = field(default_factory=dict)  # format -> files, sessions, new messages
-    quarantined: list[dict[str, str]] = field(default_factory=list)
-    sessions_changed: int = 0
-    messages_written: int = 0
-    chunks: int = 0
-    tokens: int = 0
-    embedded: int = 0
-    embeddings_cached: int = 0
-    embedding_failures: int = 0
-    orphans_removed: int = 0
-    summaries_written: int = 0
-    memories: int = 0
-    memories_embedded: int = 0
-    threads: int | None = None  # threads rebuilt (None when nothing changed)
-    warnings: list[str] = field(default_factory=list)
-    errors: list[dict] = field(default_factory=list)  # typed (core/errors.py): type, message, recoverable
+    run_id: str = ""
     seconds: float = 0.0
-    stage_seconds: dict[str, float] = field(default_factory=dict)
     snapshot: str | None = None
-
-    @contextlib.contextmanager
-    def timed(self, stage: str) -> Iterator[None]:
-        """Adds the time spent in the block to `stage_seconds[stage]`."""
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + time.perf_counter() - started
-
-    @property
-    def changed(self) -> bool:
-        return bool(
-            self.sessions_changed
-            or self.orphans_removed
-            or self.quarantined
-            or self.embedded
-            or self.summaries_written
-            or self.memories_embedded
-        )
 
     def format_lines(self) -> list[str]:
         """Per transcript format: files, sessions, and messages written in this run."""
@@ -104,20 +58,8 @@ class IndexReport:
             f"indexed {self.files_seen} files ({decided}): {self.sessions_changed} sessions changed, "
             f"{self.messages_written} messages, {self.chunks} chunks, {self.embedded} embedded "
             f"({self.embeddings_cached} cached), {self.summaries_written} summaries, {len(self.quarantined)} quarantined, "
-            f"{self.orphans_removed} removed in {self.seconds:.1f}s"
+            f"{self.sources_missing} sources missing in {self.seconds:.1f}s"
         )
-
-
-def _counter(tick: Progress, stage: str, total: int) -> Callable[[int], None]:
-    """A progress callback taking batch sizes, reporting running totals."""
-    done = 0
-
-    def advance(count: int) -> None:
-        nonlocal done
-        done += count
-        tick(stage, done, total)
-
-    return advance
 
 
 def _select(files: Sequence[SourceFile], wh: Warehouse, session: str | None) -> list[SourceFile]:
@@ -136,121 +78,78 @@ def index_sources(
     since: datetime | None = None,
     embedder: Embedder | None = None,
     progress: Progress | None = None,
+    now: datetime | None = None,
 ) -> IndexReport:
-    """Ingest, transform, embed, refresh the search index and publish the snapshot."""
+    """Every registered stage in order, in-process, under the writer lock; then the snapshot is published if it
+    is missing, unreadable or older than the warehouse. Each stage picks its own work from the stage state, so
+    this also completes whatever an earlier run left undone."""
     started = time.perf_counter()
     report = IndexReport(run_id=f"cli-{uuid.uuid4().hex[:12]}")
     roots = list(sources) if sources else list(settings.sources)
-    tick = progress or (lambda stage, done, total: None)
     with writer_lock(settings.warehouse, holder="sessionmem index"), storage_guard(settings.warehouse, "index"):
+        write_run_marker(settings.warehouse, report.run_id, "running")
         with Warehouse(settings.warehouse) as wh:
             started_at = datetime.now(UTC)
-            files = _select(discover(roots, since=since), wh, session)
-            report.files_seen = len(files)
-            changed: list[str] = []
-            with report.timed("ingest"):
-                for done, source in enumerate(files, start=1):
-                    outcome = ingest_file(wh, source, max_bad_share=settings["validation.max_bad_line_share"], full=full)
-                    _record(report, outcome)
-                    changed += outcome.changed_session_ids
-                    tick("ingest", done, len(files))
-            report.sessions_changed = len(changed)
-
-            embedder = embedder or embedder_from_settings(settings)
-            llm = chat_model_from_settings(settings)
-            with report.timed("collapse"):
-                collapse_sessions(wh, changed)
-            with report.timed("chunk+topics"):
-                chunked = chunk_sessions(wh, changed, **chunking_options(settings, embedder, llm))
-            report.chunks, report.tokens = chunked.chunks, chunked.tokens
-            report.warnings += chunked.warnings
-
-            all_sessions = [r[0] for r in wh.conn.execute("SELECT session_id FROM sessions").fetchall()]
-            to_embed = len(wh.chunks_without_embedding(all_sessions)) if wh.get_meta("embedding_model") else None
-            total = to_embed if to_embed is not None else wh.scalar("SELECT count(*) FROM chunks")
-            with report.timed("embed"):
-                embedding = embed_sessions(wh, all_sessions, embedder, progress=_counter(tick, "embed", total))
-            report.embedded, report.embeddings_cached = embedding.embedded, embedding.cached
-            report.embedding_failures = embedding.failed
-            if embedding.failed:
-                message = f"{embedding.failed} chunks could not be embedded; they are retried on the next run"
-                report.errors.append(SessionMemoryError(ErrorType.EMBEDDING_FAILED, message).as_dict())
-
-            if settings["summaries.enabled"]:
-                ready = due(
-                    pending(wh.conn),
-                    now=datetime.now(UTC),
-                    idle_minutes=settings["summaries.idle_minutes"],
-                    message_threshold=settings["summaries.message_threshold"],
-                )
-                with report.timed("summarize"):
-                    summarized = summarize_sessions(wh, [r["session_id"] for r in ready], llm=llm, embedder=embedder)
-                report.summaries_written = summarized.versions_written
-                report.warnings += summarized.llm_fallbacks
-            if report.summaries_written or report.sessions_changed:
-                with report.timed("threads"):
-                    report.threads = refresh_threads(wh)
-            with report.timed("memories"):
-                memories = ingest_memories(wh, roots, embedder)
-            report.memories, report.memories_embedded = memories.memories, memories.embedded
-            report.warnings += memories.warnings
-
-            if session is None:
-                report.orphans_removed = remove_orphans(wh, roots)
-            publish = report.changed or not snapshot_path(settings.warehouse).exists()
-            if publish:
-                with report.timed("search index"):
-                    refresh_search_index(wh)
+            ctx = StageContext(
+                wh,
+                settings,
+                Providers(settings, embedder),
+                report.run_id,
+                now=now or started_at,
+                progress=progress or (lambda stage, done, total: None),
+            )
+            scan = scan_sources(roots, since=since, rules=privacy_rules(settings))
+            scan.files = _select(scan.files, wh, session)
+            scope_roots = roots if session is None and since is None else None
+            run_all(ctx, scan, scope_roots, report, full=full)
             report.seconds = time.perf_counter() - started
-            _record_run(wh, report, started_at, "cli")
+            record_run(wh, report, started_at, "cli")
+            generation = wh.generation()
             wh.checkpoint()
-            outgrown = publish and wh.outgrown()
-        if outgrown:
+        fault_point("run", "after")
+        if report.outgrown:
             with report.timed("rebuild"):
                 rebuild_file(settings.warehouse)
-        if publish:
-            with report.timed("snapshot"):
-                report.snapshot = str(publish_snapshot(settings.warehouse))
+        with report.timed("publish"):
+            published = publish_if_stale(settings.warehouse, generation)
+        report.snapshot = str(published) if published else None
+        write_run_marker(settings.warehouse, report.run_id, "finished")
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _record(report: IndexReport, outcome: IngestOutcome) -> None:
-    decision = "quarantined" if outcome.quarantine_reason else outcome.decision
-    report.decisions[decision] = report.decisions.get(decision, 0) + 1
-    report.messages_written += outcome.messages_written
-    if outcome.format and not outcome.quarantine_reason:
-        found = report.formats.setdefault(outcome.format, {"files": 0, "sessions": 0, "messages": 0})
-        found["files"] += 1
-        found["sessions"] += len(outcome.session_ids)
-        found["messages"] += outcome.messages_written
-    report.warnings += outcome.warnings
-    report.errors += [SessionMemoryError(ErrorType.PARSE_ERROR, w).as_dict() for w in outcome.warnings]
-    if outcome.quarantine_reason:
-        report.quarantined.append({"path": outcome.path, "reason": outcome.quarantine_reason})
-        message = f"{outcome.path}: quarantined: {outcome.quarantine_reason}"
-        report.errors.append(SessionMemoryError(ErrorType.VALIDATION_ERROR, message).as_dict())
+RUN_TOTALS = ("files_seen", "sessions_changed", "messages_written", "chunks", "embedded")
 
 
-def _record_run(wh: Warehouse, report: IndexReport, started_at: datetime, trigger: str) -> None:
+def record_run(wh: Warehouse, report: IndexReport, started_at: datetime, trigger: str) -> None:
+    """The run's row in `runs` (a Dagster run adds its steps' counts to the same row)."""
+    run_id = report.run_id
+    previous = wh.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+    totals = {
+        "files_seen": report.files_seen,
+        "files_changed": report.files_seen - report.decisions.get(changes.UNCHANGED, 0),
+        "sessions": report.sessions_changed,
+        "messages": report.messages_written,
+        "chunks": report.chunks,
+        "embedded": report.embedded,
+        "quarantined": len(report.quarantined),
+    }
+    if previous:
+        totals = {k: v + (previous[0][k] or 0) for k, v in totals.items()}
+        started_at = previous[0]["started_at"]
     with wh.transaction():
+        wh.delete_where("runs", "run_id", [run_id])
         wh.insert(
             "runs",
             [
                 {
-                    "run_id": report.run_id,
+                    "run_id": run_id,
                     "trigger": trigger,
                     "started_at": started_at,
                     "finished_at": datetime.now(UTC),
                     "status": "success",
-                    "files_seen": report.files_seen,
-                    "files_changed": report.files_seen - report.decisions.get(changes.UNCHANGED, 0),
-                    "sessions": report.sessions_changed,
-                    "messages": report.messages_written,
-                    "chunks": report.chunks,
-                    "embedded": report.embedded,
-                    "quarantined": len(report.quarantined),
-                    "seconds": report.seconds,
+                    **totals,
+                    "seconds": (datetime.now(UTC) - started_at).total_seconds(),
                     "details": to_json({k: v for k, v in asdict(report).items() if k in ("decisions", "warnings")}),
                 }
             ],
@@ -262,7 +161,7 @@ def reembed(settings: Settings, *, embedder: Embedder | None = None, progress: P
     index refreshed and the snapshot published."""
     started = time.perf_counter()
     report = IndexReport(run_id=f"reembed-{uuid.uuid4().hex[:12]}")
-    embedder = embedder or embedder_from_settings(settings)
+    embedder = embedder or Providers(settings).embedder
     tick = progress or (lambda stage, done, total: None)
     with writer_lock(settings.warehouse, holder="sessionmem reembed"), storage_guard(settings.warehouse, "reembed"):
         with Warehouse(settings.warehouse) as wh:
@@ -270,17 +169,25 @@ def reembed(settings: Settings, *, embedder: Embedder | None = None, progress: P
             wh.ensure_embedding_table(embedder.model_id, embedder.dimensions, reset=True)
             sessions = [r[0] for r in wh.conn.execute("SELECT session_id FROM sessions").fetchall()]
             total = wh.scalar("SELECT count(*) FROM chunks")
-            outcome = embed_sessions(wh, sessions, embedder, progress=_counter(tick, "embed", total))
+            done = 0
+
+            def advance(count: int) -> None:
+                nonlocal done
+                done += count
+                tick("embed", done, total)
+
+            outcome = embed_sessions(wh, sessions, embedder, progress=advance)
             report.embedded, report.embeddings_cached = outcome.embedded, outcome.cached
             report.embedding_failures = outcome.failed
             with wh.transaction():
                 wh.conn.execute("UPDATE session_summaries SET embedding = NULL")
                 wh.conn.execute("UPDATE memories SET embedding = NULL")
+                wh.bump_generation()
             embed_missing_summaries(wh, embedder)
             ingest_memories(wh, list(settings.sources), embedder)
             refresh_search_index(wh)
             report.seconds = time.perf_counter() - started
-            _record_run(wh, report, started_at, "reembed")
+            record_run(wh, report, started_at, "reembed")
             wh.checkpoint()
         report.snapshot = str(publish_snapshot(settings.warehouse))
     return report
@@ -296,20 +203,38 @@ def summarize_now(settings: Settings, session_id: str, *, full: bool = False, lo
         with Warehouse(settings.warehouse) as wh:
             if wh.session_row(session_id) is None:
                 raise ValueError(f"no session {session_id!r} in {settings.warehouse}")
-            outcome = summarize_sessions(
-                wh,
-                [session_id],
-                llm=chat_model_from_settings(settings),
-                embedder=embedder_from_settings(settings),
-                full=full,
-            )
+            providers = Providers(settings)
+            outcome = summarize_sessions(wh, [session_id], llm=providers.llm, embedder=providers.embedder, full=full)
             if outcome.versions_written:
+                with wh.transaction():
+                    wh.bump_generation()
                 refresh_search_index(wh)
             version, summary = latest_summary(wh, session_id)
-        if outcome.versions_written:
-            publish_snapshot(settings.warehouse)
+            generation = wh.generation()
+            wh.checkpoint()
+        publish_if_stale(settings.warehouse, generation)
     fallback = outcome.llm_fallbacks[0] if outcome.llm_fallbacks else None
     return version, summary, bool(outcome.versions_written), fallback
+
+
+def forget(settings: Settings, *, session_id: str | None = None, project: str | None = None) -> list[str]:
+    """`sessionmem forget`: remove one session, or every session of a project, from the warehouse and the
+    snapshot. Forgotten sessions are not indexed again from files still on disk."""
+    if (session_id is None) == (project is None):
+        raise ValueError("forget needs exactly one of a session id or --project")
+    with writer_lock(settings.warehouse, holder="sessionmem forget"), storage_guard(settings.warehouse, "forget"):
+        with Warehouse(settings.warehouse) as wh:
+            column, value = ("session_id", session_id) if session_id is not None else ("project", project)
+            ids = [r[0] for r in wh.conn.execute(f"SELECT session_id FROM sessions WHERE {column} = ?", [value]).fetchall()]
+            if not ids:
+                raise ValueError(f"no session with {column} {value!r} in {settings.warehouse}")
+            with wh.transaction():
+                wh.forget_sessions(ids, datetime.now(UTC))
+            refresh_search_index(wh)
+            generation = wh.generation()
+            wh.checkpoint()
+        publish_if_stale(settings.warehouse, generation)
+    return ids
 
 
 def validate_sources(roots: Sequence[Path], *, max_bad_share: float, since: datetime | None = None) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Search index: orphan cleanup, keyword-index and HNSW upkeep, then a published reader snapshot.
+"""Search index: keyword-index and HNSW upkeep (the reader snapshot is published after it).
 
 The keyword (BM25) index follows each change in the transaction that writes the rows (warehouse.sync_keyword_index);
 here its postings are re-sorted when enough were appended. New vectors wait in a small delta searched exactly and
@@ -8,12 +8,8 @@ the snapshot, published once the writer has checkpointed and closed the warehous
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from sessionmem_pipeline.stages.ingest import remove_file
 from sessionmem_pipeline.warehouse import Warehouse
 
 
@@ -21,23 +17,6 @@ from sessionmem_pipeline.warehouse import Warehouse
 class IndexOutcome:
     chunks: int
     vectors: int
-
-
-def remove_orphans(wh: Warehouse, roots: Sequence[Path] | None = None) -> int:
-    """Rows of indexed files that no longer exist (under the given roots, or anywhere when None)."""
-    removed = 0
-    prefixes = tuple(str(Path(r).resolve()) + os.sep for r in roots) if roots is not None else None
-    for row in wh.indexed_paths():
-        if prefixes is not None and not row["path"].startswith(prefixes):
-            continue
-        if not os.path.exists(row["path"]):
-            remove_file(wh, row["path"])
-            removed += 1
-    for path in wh.quarantined_paths():  # never indexed, so not in source_files
-        if (prefixes is None or path.startswith(prefixes)) and not os.path.exists(path):
-            remove_file(wh, path)
-            removed += 1
-    return removed
 
 
 def refresh_search_index(wh: Warehouse) -> IndexOutcome:

@@ -7,7 +7,7 @@ Both steps are cheap and pure, so a changed session is collapsed and chunked who
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from datetime import UTC, datetime
@@ -36,13 +36,19 @@ class TransformOutcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def collapse_sessions(wh: Warehouse, session_ids: Sequence[str]) -> TransformOutcome:
-    """Collapse tool calls and redact secrets, one transaction per session."""
+Written = Callable[[str], None]
+"""Called inside the transaction that wrote a session's output, so its stage state commits with it."""
+
+
+def collapse_sessions(wh: Warehouse, session_ids: Sequence[str], *, on_written: Written | None = None) -> TransformOutcome:
+    """Collapse tool calls into narrative lines, one transaction per session."""
     outcome = TransformOutcome()
     for session_id in session_ids:
         collapsed = collapse_messages(wh.load_messages(session_id))
         with wh.transaction():
             wh.replace("collapsed_messages", "session_id", [session_id], [collapsed_row(m) for m in collapsed])
+            if on_written:
+                on_written(session_id)
         outcome.sessions += 1
         outcome.messages += len(collapsed)
         outcome.tool_calls += sum(len(m.tools) for m in collapsed)
@@ -95,6 +101,7 @@ def chunk_sessions(
     window: EmbedderWindow | None = None,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
     llm: ChatModel | None = None,
+    on_written: Written | None = None,
 ) -> TransformOutcome:
     """Chunk each session, tag topics, set flags and build the contextual prefix; one transaction per session."""
     outcome = TransformOutcome()
@@ -147,6 +154,8 @@ def chunk_sessions(
                 "UPDATE sessions SET topics = ? WHERE session_id = ?", [session_topics(topics), session_id]
             )
             wh.sync_keyword_index("chunks", [session_id])
+            if on_written:
+                on_written(session_id)
         outcome.sessions += 1
         outcome.chunks += len(rows)
         outcome.tokens += sum(r["token_count"] for r in rows)

@@ -11,7 +11,12 @@ Detection reads the first 50 JSON lines and lets each vote: Claude Code lines ca
 (or are its summary/snapshot lines); Codex lines are `{timestamp, type, payload}` envelopes (or the pre-envelope
 layout); a line with a top-level `role` is generic when it has a `timestamp` and OpenAI chat when it has none, and a
 file whose role lines use `tool_calls` or `tool_call_id` is OpenAI chat whatever its timestamps. A file that is one
-JSON document (an array, or an object with `messages`) is an OpenAI chat array.
+JSON document (an array, or an object with `messages`) is an OpenAI chat array, or a Gemini CLI session when it
+has `sessionId` and typed messages.
+
+Agents that keep their history in their own folders (Gemini CLI, Aider, Cline/Roo Code, ChatGPT/Claude.ai
+exports, ...) are told by path first: `registry.REGISTRY` lists each one's file patterns, and a file matching one
+is read by that format's parser (or reported as not supported), never by content detection.
 """
 
 from __future__ import annotations
@@ -22,13 +27,15 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sessionmem_pipeline.core.formats import claude_code, codex, generic, openai_chat
-from sessionmem_pipeline.core.formats.source import FileContext, JsonLine, split_jsonl
+from sessionmem_pipeline.core.formats import aider, chat_export, claude_code, cline, codex, gemini, generic, openai_chat
+from sessionmem_pipeline.core.formats.registry import ON_DISK, REGISTRY, FormatError, Related, SourceFormat
+from sessionmem_pipeline.core.formats.source import FileContext, JsonLine, clamp_implausible_times, split_jsonl
 from sessionmem_pipeline.core.models import ParseResult, ParseWarning
 
-FORMATS = ("generic", "claude_code", "codex", "openai_chat")  # what detect_format can return
+CONTENT_FORMATS = ("generic", "claude_code", "codex", "openai_chat")  # told apart by content
 UNKNOWN_FORMAT = "unknown"  # ParseResult.format of a file with no complete line yet
 DETECTION_LINES = 50
 MAX_REPORTED_WARNINGS = 100
@@ -50,6 +57,39 @@ _LINE_PROBLEMS: dict[str, Callable[[dict[str, Any]], str | None]] = {
     "codex": codex.line_problem,
     "openai_chat": openai_chat.line_problem,
 }
+
+
+VSCODE_STORAGE = ("Code/User", "Code - Insiders/User", "VSCodium/User", "Cursor/User", "Windsurf/User")
+LINUX_CONFIG, MACOS_SUPPORT = ".config", "Library/Application Support"
+STORAGES = ("globalStorage", "workspaceStorage")
+
+
+def _editor_folders(*tail: str) -> tuple[str, ...]:
+    """A folder inside each VS Code-like editor's user storage, on Linux and macOS."""
+    return tuple(f"{base}/{editor}/{rest}" for base in (LINUX_CONFIG, MACOS_SUPPORT) for editor in VSCODE_STORAGE for rest in tail)
+
+
+for _format in (
+    SourceFormat(
+        "gemini", "Gemini CLI", ("chats/session-*.json", "chats/session-*.jsonl"), gemini.parse,
+        territory=(".gemini",), locations=(".gemini/tmp",),
+    ),
+    SourceFormat("aider", "Aider", (aider.FILE_NAME,), aider.parse),
+    SourceFormat("chat_export", "ChatGPT / Claude.ai export", ("conversations.json",), chat_export.parse),
+    SourceFormat(
+        "cline", "Cline / Roo Code", ("tasks/*/api_conversation_history.json",), cline.parse,
+        territory=("saoudrizwan.claude-dev", cline.ROO_STORAGE),
+        locations=_editor_folders("globalStorage/saoudrizwan.claude-dev", f"globalStorage/{cline.ROO_STORAGE}")
+        + (".cline/data",),
+    ),
+    SourceFormat(
+        "cursor", "Cursor", ("Cursor/User/globalStorage/state.vscdb", "Cursor/User/workspaceStorage/*/state.vscdb"),
+        None, territory=("globalStorage", "workspaceStorage"), binary=True,
+        locations=tuple(f"{base}/Cursor/User/{rest}" for base in (LINUX_CONFIG, MACOS_SUPPORT) for rest in STORAGES),
+    ),
+):
+    REGISTRY.add(_format)
+FORMATS = CONTENT_FORMATS + tuple(f.name for f in REGISTRY.formats)  # what detect_format can return
 
 
 class UnknownFormatError(ValueError):
@@ -83,34 +123,64 @@ class _Content:
 
 def detect_format(data: bytes, path: str) -> str:
     """The transcript format of a file's bytes; UnknownFormatError when nothing matches."""
+    source_format = REGISTRY.format_for_path(path)
+    if source_format is not None:
+        return source_format.name
     head = data if _looks_like_document(data, path) else data[: _nth_newline(data, 4 * DETECTION_LINES)]
     return _detect(_readable(_read(head, path, final=True), path), path)
 
 
-def parse_file(path: str, source_root: str, data: bytes, *, final: bool = False) -> ParseResult:
+def parse_file(
+    path: str, source_root: str, data: bytes, *, final: bool = False, now: datetime | None = None
+) -> ParseResult:
     """Detect the format and parse. With `final=False` the file may still be written: an unfinished last line
     (no trailing newline, not complete JSON) is left and `consumed_bytes` stops before it.
 
-    Malformed lines become warnings, never exceptions. Raises UnknownFormatError when the content matches no format
-    (a file with no complete line yet is not that: it yields an empty result with format "unknown").
+    Malformed lines become warnings, never exceptions; so do implausible timestamps (before 2000 or more than a
+    day after `now`, the wall clock by default), which are clamped (`source.clamp_implausible_times`).
+    Raises UnknownFormatError when the content matches no format (a file with no complete line yet is not
+    that: it yields an empty result with format "unknown").
+    A file of a path-identified format is read by its parser; FormatError when it cannot be read at all.
     """
-    return _parse(FileContext(path, source_root), _read(data, path, final))
+    ctx = FileContext(path, source_root, now)
+    source_format = REGISTRY.format_for_path(path)
+    if source_format is not None:
+        if source_format.parser is None:
+            return ParseResult(path, source_format.name)
+        return _parse_registered(source_format, ctx, data, ON_DISK)
+    return _parse(ctx, _read(data, path, final))
 
 
 def validate_file(
-    path: str, source_root: str, data: bytes, *, max_bad_share: float = 0.5, final: bool = False
+    path: str,
+    source_root: str,
+    data: bytes,
+    *,
+    max_bad_share: float = 0.5,
+    final: bool = False,
+    now: datetime | None = None,
 ) -> ValidationReport:
     """Spec 001's checks (readable text, UTF-8, valid JSON lines, required fields, timestamps) as a report."""
-    return inspect_file(path, source_root, data, max_bad_share=max_bad_share, final=final)[0]
+    return inspect_file(path, source_root, data, max_bad_share=max_bad_share, final=final, now=now)[0]
 
 
 def inspect_file(
-    path: str, source_root: str, data: bytes, *, max_bad_share: float = 0.5, final: bool = False
+    path: str,
+    source_root: str,
+    data: bytes,
+    *,
+    max_bad_share: float = 0.5,
+    final: bool = False,
+    now: datetime | None = None,
+    related: Related = ON_DISK,
 ) -> tuple[ValidationReport, ParseResult | None]:
     """The validation report and, when the file is valid, its parse (None when it must be quarantined).
 
     Never raises: every way a file can be wrong is a quarantine reason or a warning.
     """
+    source_format = REGISTRY.format_for_path(path)
+    if source_format is not None:
+        return _inspect_registered(source_format, FileContext(path, source_root, now), data, related)
     if NOT_WHITESPACE.search(data) is None:
         return _invalid("empty", f"{path}: empty file; nothing to index"), None
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -126,7 +196,7 @@ def inspect_file(
         format_name = _detect(content, path) if _has_objects(content) else None
     except UnknownFormatError as exc:
         return _invalid("unknown format", str(exc), lines=len(content.lines)), None
-    ctx = FileContext(path, source_root)
+    ctx = FileContext(path, source_root, now)
     lines, bad, encoding_bad = _count_bad(content, format_name)
     if lines == 0 and content.is_document:
         return _invalid("empty", f"{path}: the messages array is empty; nothing to index", fmt=format_name), None
@@ -150,6 +220,39 @@ def inspect_file(
     return _report(None, (), warnings, format_name, lines, bad), result
 
 
+def _inspect_registered(
+    source_format: SourceFormat, ctx: FileContext, data: bytes, related: Related
+) -> tuple[ValidationReport, ParseResult | None]:
+    """A file of a path-identified format: skipped when not supported, else its parser's sessions."""
+    path = ctx.path
+    if source_format.parser is None:
+        skipped = f"skipped: {source_format.label} not supported"
+        return _report(None, (), (f"{path}: {skipped}",), source_format.name, 0, 0), ParseResult(path, source_format.name)
+    if NOT_WHITESPACE.search(data) is None:
+        return _invalid("empty", f"{path}: empty file; nothing to index", fmt=source_format.name), None
+    binary = None if source_format.binary else _binary_reason(data)
+    if binary:
+        return _invalid("binary", f"{path}: binary file ({binary}); not a transcript", fmt=source_format.name), None
+    try:
+        result = _parse_registered(source_format, ctx, data, related)
+    except FormatError as exc:
+        return _invalid(exc.reason, f"{path}: {exc}", fmt=source_format.name), None
+    result.consumed_bytes = len(data)
+    messages = sum(len(session.messages) for session in result.sessions)
+    result.lines_read = result.lines_read or messages
+    warnings = [str(warning) for warning in result.warnings]
+    if not result.sessions:
+        warnings.append(f"{path}: no messages yet (only {_describe_skipped(result)})")
+    return _report(None, (), warnings, result.format, messages, 0), result
+
+
+def _parse_registered(source_format: SourceFormat, ctx: FileContext, data: bytes, related: Related) -> ParseResult:
+    """Its parser's sessions, with implausible timestamps clamped as in every other format."""
+    result = source_format.parser(ctx, data, related)
+    clamp_implausible_times(ctx, result)
+    return result
+
+
 # ---- reading ------------------------------------------------------------------------------------------------
 
 
@@ -160,10 +263,7 @@ def _read(data: bytes, path: str, final: bool) -> _Content:
         document, error = _decode_document(body)
         if error is None or path.endswith(".json"):
             return _Content(True, document, error, [], [], len(data))
-    try:
-        lines, consumed, warnings = split_jsonl(body, path, final)
-    except RecursionError:  # json.loads gives up on a line nested about 1,000 levels deep
-        return _Content(False, None, "invalid JSON: a line is nested too deeply to read", [], [], 0)
+    lines, consumed, warnings = split_jsonl(body, path, final)
     return _Content(False, None, None, lines, warnings, consumed + offset if consumed else 0)
 
 
@@ -255,13 +355,13 @@ def _vote(obj: dict[str, Any]) -> str | None:
 
 
 def _detect_document(document: Any, path: str) -> str:
+    if gemini.is_session_document(document):
+        return "gemini"
     messages = openai_chat.document_messages(document)
     if messages is not None:
         objects = [item for item in messages if isinstance(item, dict)]
         if not objects or sum(1 for item in objects if "role" in item) * 2 >= len(objects):
             return "openai_chat"
-        if isinstance(document, dict) and "sessionId" in document:
-            raise UnknownFormatError(f"{path}: looks like a Gemini CLI session, which sessionmem does not read yet")
     raise UnknownFormatError(
         f"{path}: unknown transcript format; a JSON document must be an OpenAI chat array of {{role, content}}"
         " messages or an object with such a `messages` array"
@@ -280,13 +380,16 @@ def _parse(ctx: FileContext, content: _Content) -> ParseResult:
     if not content.is_document and not content.lines:
         return ParseResult(ctx.path, UNKNOWN_FORMAT, consumed_bytes=content.consumed)
     format_name = _detect(content, ctx.path)
-    if content.is_document:
+    if format_name == "gemini":
+        result = gemini.parse_session(ctx, content.document, content.document["messages"], [])
+    elif content.is_document:
         result = openai_chat.parse_document(ctx, content.document)
         result.lines_read = len(openai_chat.document_messages(content.document) or [])
     else:
         result = _LINE_PARSERS[format_name](ctx, content.lines)
         result.lines_read = len(content.lines)
-    result.warnings = sorted([*content.warnings, *result.warnings], key=lambda warning: warning.line)
+    result.warnings = [*content.warnings, *result.warnings]
+    clamp_implausible_times(ctx, result)
     result.consumed_bytes = content.consumed
     return result
 

@@ -10,7 +10,7 @@ What a line becomes (shared/formats/agent-transcripts.md section 1):
   ToolCall with that id, so a line holding only tool results yields no message. Images and documents become
   placeholders such as `[image: image/png]`. `isMeta` text is kind=injected (role user); an `isCompactSummary` line is
   the agent's own compaction summary (kind=compaction_summary, role system); "[Request interrupted by user...]" is a
-  system event; a slash command (`<command-name>/clear</command-name>...`) reads as the command the person typed.
+  system event marking the turn aborted (metadata[TURN_ABORTED]); a slash command (`<command-name>/clear</command-name>...`) reads as the command the person typed.
 - `system` lines: `compact_boundary`, `api_error` and `local_command` become system events with a short text;
   `turn_duration`, `stop_hook_summary` and 1.0.x informational lines carry nothing worth searching and are counted
   in ParseResult.skipped (as `system:<subtype>`).
@@ -47,6 +47,7 @@ from sessionmem_pipeline.core.formats.drafts import (
     build_result,
     placeholder,
 )
+from sessionmem_pipeline.core.ending import TURN_ABORTED
 from sessionmem_pipeline.core.formats.source import FileContext, JsonLine, parse_timestamp
 from sessionmem_pipeline.core.models import (
     KIND_COMPACTION,
@@ -228,7 +229,9 @@ class _ClaudeFile:
         if obj.get("isMeta") is True:
             self._new_message(number, obj, "user", KIND_INJECTED).texts.append(text)
         elif INTERRUPTED.match(stripped):
-            self._new_message(number, obj, "system", KIND_EVENT).texts.append(stripped.strip("[]"))
+            message = self._new_message(number, obj, "system", KIND_EVENT)
+            message.texts.append(stripped.strip("[]"))
+            message.metadata[TURN_ABORTED] = True
         elif COMMAND_NAME.search(text):
             command = _command(text)
             message = self._new_message(number, obj, "user")

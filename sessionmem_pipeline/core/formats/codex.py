@@ -17,9 +17,10 @@ How lines become messages:
   and every developer or system item (role system).
 - Assistant side: reasoning summaries (thinking), tool calls and assistant text of one turn gather into assistant
   messages. A message opens with the first of them; tool calls always join the open message; reasoning and text join
-  it too unless it already has text, in which case they start the next one. So "reason, call, call, answer" is one
-  message, while 0.104+ commentary ("I'll reproduce it", calls, reasoning, "Found it; patching", calls, final answer)
-  reads as one message per step, each with the thinking before it and the calls it announced. Any other message
+  it too unless it already has text or tool calls, in which case they start the next one. So messages keep the real
+  order (thinking, text, then the calls it announced): "reason, call, call, answer" is a message with the calls and
+  then the answer, and 0.104+ commentary ("I'll reproduce it", calls, reasoning, "Found it; patching", calls, final
+  answer) reads as one message per step, the final answer last, after every call. Any other message
   (prompt, injected context, event, compaction) closes the open one.
 - Tools: `function_call` (arguments parsed from their JSON string into ToolCall.input), `custom_tool_call` (its raw
   text, e.g. an apply_patch patch, under input["input"]), `local_shell_call` (its action as input) and their outputs,
@@ -30,7 +31,8 @@ How lines become messages:
   code sets is_error and is stated as the output's first line, "Exit code N", the wording Claude Code's Bash results
   use, so later stages read exit codes of both formats with one rule. ToolCall.input stays what the model sent.
 - `compacted` is the agent's compaction summary (kind=compaction_summary, role system): its message, or a description
-  of the replacement history when the message is empty. `event_msg turn_aborted` and `error` are system events.
+  of the replacement history when the message is empty. `event_msg turn_aborted` and `error` are system events
+  (an aborted turn has metadata[TURN_ABORTED], for `core.ending`).
   Other UI events (agent_message and agent_reasoning duplicate response items; token_count, task_started, ...) are
   skipped and counted as `event_msg:<type>`.
 """
@@ -57,6 +59,7 @@ from sessionmem_pipeline.core.formats.drafts import (
     image_placeholder,
     json_arguments,
 )
+from sessionmem_pipeline.core.ending import TURN_ABORTED
 from sessionmem_pipeline.core.formats.source import FileContext, JsonLine, parse_timestamp
 from sessionmem_pipeline.core.models import (
     KIND_COMPACTION,
@@ -216,9 +219,10 @@ class _CodexFile:
         return message
 
     def _reply(self, number: int, timestamp: datetime | None, *, next_step: bool = False) -> DraftMessage:
-        """The open assistant message, or a new one (also for a next step once the open one has text)."""
+        """The open assistant message, or a new one for a next step (reasoning or text) once the open one has text or
+        tool calls: a message reads thinking, text, calls, so what comes after its calls is the next message."""
         self.prompts.clear()
-        if self.open_reply is None or (next_step and self.open_reply.has_text):
+        if self.open_reply is None or (next_step and (self.open_reply.has_text or self.open_reply.calls)):
             self.open_reply = self._new(number, timestamp, "assistant", KIND_MESSAGE)
             if self.model:
                 self.open_reply.metadata["model"] = self.model
@@ -301,7 +305,8 @@ class _CodexFile:
         elif kind == "turn_aborted":
             self.prompts.clear()
             reason = as_str(event.get("reason"))
-            self._emit(number, timestamp, "system", KIND_EVENT, "Turn aborted" + (f" ({reason})" if reason else ""))
+            text = "Turn aborted" + (f" ({reason})" if reason else "")
+            self._emit(number, timestamp, "system", KIND_EVENT, text).metadata[TURN_ABORTED] = True
         elif kind == "error":
             detail = as_str(event.get("message"))
             self._emit(number, timestamp, "system", KIND_EVENT, "Error" + (f": {detail}" if detail else ""))

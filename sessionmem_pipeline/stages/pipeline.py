@@ -1,0 +1,330 @@
+"""Each registered stage as one function of a `StageContext`: it selects its own stale work from the durable
+stage state, does it, and records it. `sessionmem index` calls them in order (`run_all`); each Dagster asset calls
+the one it stands for, scoped to its partitions. Nothing here depends on what an earlier stage of the same run
+handed over, so any run, killed or failed anywhere, is completed by the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
+from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
+from sessionmem_pipeline.stages.embed import embed_sessions
+from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
+from sessionmem_pipeline.stages.memories import find_memory_files, ingest_memories
+from sessionmem_pipeline.stages.privacy import remove_excluded_sessions
+from sessionmem_pipeline.stages.registry import (
+    CHUNK,
+    COLLAPSE,
+    EMBED,
+    GLOBAL,
+    INDEX,
+    INDEX_INPUTS,
+    MEMORIES,
+    SUMMARIZE,
+    SUMMARIZE_NOW,
+    THREADS,
+    Stage,
+    StageContext,
+    fault_point,
+)
+from sessionmem_pipeline.stages.search_index import refresh_search_index
+from sessionmem_pipeline.stages.summaries import due, embed_missing_summaries, pending, summarize_sessions
+from sessionmem_pipeline.stages.threads import refresh_threads
+from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_options, collapse_sessions
+
+
+@dataclass
+class StageReport:
+    """What the stages of one run (or one Dagster step) did: the counts `index` prints, `--json` returns, the
+    runs table keeps and Dagster shows as metadata."""
+
+    files_seen: int = 0
+    decisions: dict[str, int] = field(default_factory=dict)
+    formats: dict[str, dict[str, int]] = field(default_factory=dict)  # format -> files, sessions, new messages
+    quarantined: list[dict[str, str]] = field(default_factory=list)
+    source_problems: list[dict[str, str]] = field(default_factory=list)  # what the scan could not read
+    excluded: list[dict[str, str]] = field(default_factory=list)  # files and sessions kept out by privacy rules, why
+    excluded_removed: int = 0  # stored sessions removed because an exclusion now covers them
+    sessions_changed: int = 0
+    messages_written: int = 0
+    sources_missing: int = 0
+    collapsed: int = 0
+    chunks: int = 0
+    tokens: int = 0
+    embedded: int = 0
+    embeddings_cached: int = 0
+    embedding_failures: int = 0
+    summaries_written: int = 0
+    memories: int = 0
+    memories_embedded: int = 0
+    threads: int | None = None  # threads rebuilt (None when nothing changed)
+    indexed: bool = False
+    outgrown: bool = False  # the live file holds much more than its data: rebuild it once closed (rebuild_file)
+    warnings: list[str] = field(default_factory=list)
+    errors: list[dict] = field(default_factory=list)  # typed (core/errors.py): type, message, recoverable
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    per_session: dict[str, dict[str, int]] = field(default_factory=dict)  # session -> counts (Dagster metadata)
+    per_file: dict[str, dict[str, object]] = field(default_factory=dict)  # partition key -> ingest decision
+
+    @contextlib.contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Adds the time spent in the block to `stage_seconds[stage]`."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + time.perf_counter() - started
+
+    def count(self, session_id: str, name: str, value: int = 1) -> None:
+        counts = self.per_session.setdefault(session_id, {})
+        counts[name] = counts.get(name, 0) + value
+
+    def add_ingest(self, outcome: IngestOutcome) -> None:
+        decision = "quarantined" if outcome.quarantine_reason else outcome.decision
+        self.decisions[decision] = self.decisions.get(decision, 0) + 1
+        self.messages_written += outcome.messages_written
+        self.sessions_changed += len(outcome.changed_session_ids)
+        self.per_file[outcome.partition_key] = {
+            "decision": decision,
+            "format": outcome.format or "",
+            "messages_written": outcome.messages_written,
+        }
+        if outcome.format and not outcome.quarantine_reason:
+            found = self.formats.setdefault(outcome.format, {"files": 0, "sessions": 0, "messages": 0})
+            found["files"] += 1
+            found["sessions"] += len(outcome.session_ids)
+            found["messages"] += outcome.messages_written
+        self.warnings += outcome.warnings
+        self.excluded += [{"session_id": sid, "reason": reason} for sid, reason in outcome.excluded]
+        self.excluded_removed += outcome.excluded_removed
+        self.errors += [SessionMemoryError(ErrorType.PARSE_ERROR, w).as_dict() for w in outcome.warnings]
+        if outcome.quarantine_reason:
+            self.quarantined.append({"path": outcome.path, "reason": outcome.quarantine_reason})
+            message = f"{outcome.path}: quarantined: {outcome.quarantine_reason}"
+            self.errors.append(SessionMemoryError(ErrorType.VALIDATION_ERROR, message).as_dict())
+
+
+def _counter(ctx: StageContext, stage: str, total: int) -> Callable[[int], None]:
+    """A progress callback taking batch sizes, reporting running totals."""
+    done = 0
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        ctx.progress(stage, done, total)
+
+    return advance
+
+
+def _recorder(ctx: StageContext, stage: Stage, work: dict[str, str]) -> Callable[[str], None]:
+    """Records one session's state for `stage`, then gives a test the chance to fail after the first one."""
+
+    def record(session_id: str) -> None:
+        ctx.record(stage, {session_id: work[session_id]})
+        fault_point(stage.name, "in")
+
+    return record
+
+
+# ---- per-session stages --------------------------------------------------------------------------------------
+
+
+def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: bool = False) -> None:
+    """Each scanned file as its change decision says (new, grown, rewritten, unchanged); files stored under another
+    ingest key are read again. What the scan could not read is recorded, and stored sessions that an exclusion
+    added since now covers are forgotten (the privacy rules applied to what is already stored)."""
+    record_source_problems(ctx.wh, scan)
+    report.source_problems += [asdict(p) for p in scan.problems]
+    report.excluded += [{"path": path, "reason": str(why)} for path, why in scan.excluded]
+    report.files_seen += len(scan.files)
+    for done, source in enumerate(scan.files, start=1):
+        report.add_ingest(ingest_file(ctx, source, full=full))
+        if done == 1:
+            fault_point("ingest", "in")
+        ctx.progress("ingest", done, len(scan.files))
+    removed = remove_excluded_sessions(ctx.wh, ctx.settings)
+    report.excluded_removed += len(removed)
+    report.excluded += [{"session_id": sid, "reason": reason} for sid, reason in removed]
+
+
+def mark_missing_sources(ctx: StageContext, roots: Sequence[Path] | None, report: StageReport) -> None:
+    """Indexed files (under the given roots, or the given partitions' files) that are gone: their sessions stay,
+    marked source-missing. Quarantine records of vanished files are dropped."""
+    prefixes = tuple(str(Path(r).resolve()) + os.sep for r in roots) if roots is not None else None
+    keys = set(ctx.partition_keys) if ctx.partition_keys is not None else None
+    for row in ctx.wh.query("SELECT path, partition_key, status FROM source_files WHERE status <> 'missing'"):
+        if prefixes is not None and not row["path"].startswith(prefixes):
+            continue
+        if keys is not None and row["partition_key"] not in keys:
+            continue
+        if file_stat(row["path"]) is None:
+            mark_missing(ctx.wh, row["path"])
+            report.sources_missing += 1
+    for path in ctx.wh.quarantined_paths():  # never indexed, so not in source_files
+        if (prefixes is None or path.startswith(prefixes)) and file_stat(path) is None:
+            mark_missing(ctx.wh, path)
+
+
+def collapse(ctx: StageContext, report: StageReport) -> None:
+    work = ctx.stale(COLLAPSE)
+    outcome = collapse_sessions(ctx.wh, list(work), on_written=_recorder(ctx, COLLAPSE, work))
+    report.collapsed += outcome.sessions
+    for session_id in work:
+        report.count(session_id, "collapsed")
+
+
+def chunk(ctx: StageContext, report: StageReport) -> None:
+    work = ctx.stale(CHUNK)
+    if not work:
+        return
+    options = chunking_options(ctx.settings, ctx.providers.embedder, ctx.providers.llm)
+    outcome = chunk_sessions(ctx.wh, list(work), **options, on_written=_recorder(ctx, CHUNK, work))
+    report.chunks += outcome.chunks
+    report.tokens += outcome.tokens
+    report.warnings += outcome.warnings
+    for row in ctx.wh.query(
+        "SELECT session_id, count(*) AS n, sum(token_count) AS tokens FROM chunks "
+        "WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id",
+        [list(work)],
+    ):
+        report.count(row["session_id"], "chunks", row["n"])
+        report.count(row["session_id"], "tokens", int(row["tokens"] or 0))
+
+
+def embed(ctx: StageContext, report: StageReport) -> None:
+    """Vectors for the chunks of stale sessions; a session is recorded once every chunk has one (failures stay
+    stale and are retried by the next run)."""
+    work = ctx.stale(EMBED)
+    if not work:
+        return
+    sessions = list(work)
+    total = len(ctx.wh.chunks_without_embedding(sessions)) if ctx.wh.get_meta("embedding_model") else 0
+    outcome = embed_sessions(ctx.wh, sessions, ctx.providers.embedder, progress=_counter(ctx, "embed", total))
+    report.embedded += outcome.embedded
+    report.embeddings_cached += outcome.cached
+    report.embedding_failures += outcome.failed
+    incomplete = {row["session_id"] for row in ctx.wh.chunks_without_embedding(sessions)}
+    with ctx.wh.transaction():
+        ctx.record(EMBED, {s: fp for s, fp in work.items() if s not in incomplete})
+    fault_point("embed", "in")
+    if outcome.failed:
+        message = f"{outcome.failed} chunks could not be embedded; they are retried on the next run"
+        report.errors.append(SessionMemoryError(ErrorType.EMBEDDING_FAILED, message).as_dict())
+
+
+def summarize(ctx: StageContext, report: StageReport) -> None:
+    """Stale sessions that are due (idle, or enough new messages), or all stale ones when a person asked
+    (`SUMMARIZE_NOW`) or the summarizer itself changed (its key). Summaries stored without a vector (the
+    provider failed) are embedded first: they are recorded as built, so no stale state would bring them back."""
+    if not ctx.settings["summaries.enabled"]:
+        return
+    embed_missing_summaries(ctx.wh, ctx.providers.embedder)
+    work = ctx.stale(SUMMARIZE)
+    if not work:
+        return
+    if ctx.summarize != SUMMARIZE_NOW:
+        rows = pending(ctx.wh.conn, list(work))
+        ready = due(
+            rows,
+            now=ctx.now,
+            idle_minutes=ctx.settings["summaries.idle_minutes"],
+            message_threshold=ctx.settings["summaries.message_threshold"],
+        )
+        settled = {r["session_id"] for r in rows if r["unsummarized"] == 0}  # no new version, just recorded
+        changed_key = {
+            s for s in work if (row := ctx.wh.stage_row(SUMMARIZE.name, s)) and row["stage_key"] != ctx.keys["summarize"]
+        }
+        chosen = {r["session_id"] for r in ready} | settled | changed_key
+        work = {s: fp for s, fp in work.items() if s in chosen}
+    if not work:
+        return
+    outcome = summarize_sessions(
+        ctx.wh, list(work), llm=ctx.providers.llm, embedder=ctx.providers.embedder, now=ctx.now
+    )
+    with ctx.wh.transaction():
+        ctx.record(SUMMARIZE, {s: work[s] for s in outcome.handled})
+    fault_point("summarize", "in")
+    report.summaries_written += outcome.versions_written
+    report.warnings += outcome.llm_fallbacks
+
+
+# ---- stages over everything ------------------------------------------------------------------------------------
+
+
+def threads(ctx: StageContext, report: StageReport) -> None:
+    input_fp = ctx.global_input([SUMMARIZE.name])
+    if not ctx.global_is_stale(THREADS, input_fp):
+        return
+    report.threads = refresh_threads(ctx.wh)
+    with ctx.wh.transaction():
+        ctx.record(THREADS, {GLOBAL: input_fp})
+
+
+def memories(ctx: StageContext, roots: Sequence[Path], report: StageReport) -> None:
+    files = find_memory_files(roots, ctx.wh.path)
+    stats = "|".join(f"{p}:{s.size}:{s.mtime_ns}" for p in files if (s := file_stat(p)) is not None)
+    input_fp = hashlib.md5(stats.encode()).hexdigest()
+    unembedded = ctx.wh.scalar("SELECT count(*) FROM memories WHERE embedding IS NULL")  # the provider failed
+    if not ctx.global_is_stale(MEMORIES, input_fp) and not unembedded:
+        return
+    outcome = ingest_memories(ctx.wh, roots, ctx.providers.embedder)
+    with ctx.wh.transaction():
+        ctx.record(MEMORIES, {GLOBAL: input_fp})
+    report.memories, report.memories_embedded = outcome.memories, outcome.embedded
+    report.warnings += outcome.warnings
+
+
+def index(ctx: StageContext, report: StageReport) -> None:
+    input_fp = ctx.global_input(INDEX_INPUTS)
+    if not ctx.global_is_stale(INDEX, input_fp):
+        return
+    refresh_search_index(ctx.wh)
+    with ctx.wh.transaction():
+        ctx.record(INDEX, {GLOBAL: input_fp})
+    report.indexed = True
+    report.outgrown = ctx.wh.outgrown()
+
+
+SESSION_STEPS: dict[str, Callable[[StageContext, StageReport], None]] = {
+    COLLAPSE.name: collapse,
+    CHUNK.name: chunk,
+    EMBED.name: embed,
+    SUMMARIZE.name: summarize,
+}
+
+
+def run_all(
+    ctx: StageContext,
+    scan: Discovery,
+    roots: Sequence[Path] | None,
+    report: StageReport,
+    *,
+    full: bool = False,
+) -> None:
+    """Every stage in order, each selecting its own work from the stage state."""
+    with report.timed("ingest"):
+        ingest(ctx, scan, report, full=full)
+        mark_missing_sources(ctx, roots, report)
+    fault_point("ingest", "after")
+    for name, step in SESSION_STEPS.items():
+        with report.timed(name):
+            step(ctx, report)
+        fault_point(name, "after")
+    with report.timed("threads"):
+        threads(ctx, report)
+    fault_point("threads", "after")
+    if roots is not None:
+        with report.timed("memories"):
+            memories(ctx, roots, report)
+        fault_point("memories", "after")
+    with report.timed("index"):
+        index(ctx, report)
+    fault_point("index", "after")
