@@ -21,7 +21,7 @@ import numpy as np
 
 from sessionmem_pipeline.client import Filters, SessionMemory
 from sessionmem_pipeline.config import load_settings
-from sessionmem_pipeline.warehouse import Warehouse
+from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot
 from search_latency import measure_sizes  # noqa: E402  (benchmarks/ is the script's folder)
 
 VOCABULARY = 60_000
@@ -67,7 +67,8 @@ def build(path: Path, count: int, words: np.ndarray, weights: np.ndarray) -> flo
             for start in range(0, count, 10_000):
                 wh.insert("chunks", chunk_rows(words, weights, start, min(10_000, count - start), rng))
         started = time.perf_counter()
-        wh.ensure_keyword_index()
+        with wh.transaction():
+            wh.sync_keyword_index("chunks")
         wh.compact_keyword_index(force=True)
         wh.checkpoint()
         return time.perf_counter() - started
@@ -97,6 +98,7 @@ def measure(path: Path, count: int, queries: int) -> list[dict]:
     weights = zipf_weights()
     build_seconds = build(path, count, words, weights)
     appends = append_seconds(path, count, words, weights)
+    publish_snapshot(path)  # what readers open
     settings = load_settings(None, {"warehouse": str(path)}, env={}, cwd=path.parent, home=path.parent)
     memory = SessionMemory(settings=settings)
     texts = [f"{words[rng.integers(0, 50)]} {words[rng.integers(50, 5000)]} {words[rng.integers(500, 30000)]}"

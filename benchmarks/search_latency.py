@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from sessionmem_pipeline.client import Filters, SessionMemory, vector_literal
 from sessionmem_pipeline.config import load_settings
-from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot
+from sessionmem_pipeline.warehouse import VECTOR_DELTA, Warehouse, publish_snapshot
 
 DIMENSIONS = 384
 LATENT = 48
@@ -93,14 +93,11 @@ def build(path: Path, count: int, seed: int = 7) -> tuple[np.ndarray, float]:
     )
     with Warehouse(path) as wh:
         wh.ensure_embedding_table(MODEL, DIMENSIONS)
-        wh.conn.execute("DROP INDEX chunk_embeddings_hnsw")
         with wh.transaction():
             wh.insert("chunks", chunks)
-            wh.insert("chunk_embeddings", embeddings)
+            wh.insert(VECTOR_DELTA, embeddings)
         started = time.perf_counter()
-        wh.conn.execute(
-            "CREATE INDEX chunk_embeddings_hnsw ON chunk_embeddings USING HNSW (embedding) WITH (metric = 'cosine')"
-        )
+        assert wh.maintain_vector_index() == "rebuilt"  # the first index: one HNSW build over the bulk insert
         build_seconds = time.perf_counter() - started
         with wh.transaction():
             wh.sync_keyword_index("chunks")

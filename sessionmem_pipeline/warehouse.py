@@ -87,6 +87,8 @@ by how many rows it holds now (DuckDB reuses freed blocks but never returns them
 leave whole serialized copies behind)."""
 REBUILD_MIN_EXCESS = 4 << 20
 SIZE_TABLES = ("messages", "chunks", "chunk_embeddings", "kw_postings")
+COMMON_TERM_SHARE = 0.05
+"""Query terms in more documents than this share are scored only where a rarer term is (see keyword_search)."""
 KEYWORD_RESORT_SHARE = 0.1
 """Postings are stored sorted by term, so a query reads only the row groups of its terms (zone maps); rows
 appended since the last sort are read whole, and once they pass this share of all postings the table is re-sorted."""
@@ -1271,7 +1273,12 @@ def keyword_search(
 
     The same scores as DuckDB's fts `match_bm25`, reading only the postings of the query's terms (postings are
     sorted by term, so zone maps skip the rest, and carry their document's length) instead of scoring every row.
-    Documents tied at the cut-off score may differ from a fresh build's (ties are broken by internal keys)."""
+    Documents tied at the cut-off score may differ from a fresh build's (ties are broken by internal keys).
+
+    Max-score pruning: a term in more than COMMON_TERM_SHARE of the documents adds at most idf x (k + 1) to any
+    score, so the documents holding a rarer query term are scored first (all terms counted); when the last of
+    the best `limit` outscores what the common terms alone could add up to, no document holding only those can
+    enter, and their long posting lists are never aggregated. Otherwise every posting is scored."""
     stems = [row[0] for row in conn.execute(f"SELECT DISTINCT stem(unnest({tokens_sql('?')}), 'porter')", [query]).fetchall()]
     if not stems:
         return []
@@ -1282,22 +1289,34 @@ def keyword_search(
     if not terms:
         return []
     documents, average = conn.execute("SELECT count(*), avg(len) FROM kw_docs WHERE corpus = ?", [corpus]).fetchone()
-    ids = ", ".join(str(int(term_id)) for term_id, _ in terms)
-    weights = ", ".join(f"({int(term_id)}, {math.log((documents - df + 0.5) / (df + 0.5) + 1, 10)!r}::DOUBLE)" for term_id, df in terms)
+    idf = {int(term_id): math.log((documents - df + 0.5) / (df + 0.5) + 1, 10) for term_id, df in terms}
+    common = [int(term_id) for term_id, df in terms if df > COMMON_TERM_SHARE * documents]
+    rare = [term_id for term_id in idf if term_id not in common]
     in_scope = (
         f"AND doc_key IN (SELECT doc_key FROM kw_docs WHERE corpus = ? AND doc_id IN ({scope}))" if scope else ""
     )
-    return conn.execute(
-        f"""
-        SELECT d.doc_id, d.session_id, top.score FROM (
-            SELECT doc_key, sum(idf * tf * ({BM25_K} + 1)
-                               / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / {float(average)!r}::DOUBLE))) AS score
-            FROM kw_postings JOIN (VALUES {weights}) q(term_id, idf) USING (term_id)
-            WHERE term_id IN ({ids}) {in_scope}
-            GROUP BY doc_key ORDER BY score DESC, doc_key LIMIT ?
-        ) top JOIN kw_docs d USING (doc_key) ORDER BY top.score DESC, d.doc_id""",
-        [*([corpus, *scope_params] if scope else []), limit],
-    ).fetchall()
+    params = [*([corpus, *scope_params] if scope else []), limit]
+
+    def best(candidates: str) -> list[tuple[str, str | None, float]]:
+        weights = ", ".join(f"({term_id}, {weight!r}::DOUBLE)" for term_id, weight in idf.items())
+        return conn.execute(
+            f"""
+            SELECT d.doc_id, d.session_id, top.score FROM (
+                SELECT doc_key, sum(idf * tf * ({BM25_K} + 1)
+                                   / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / {float(average)!r}::DOUBLE))) AS score
+                FROM kw_postings JOIN (VALUES {weights}) q(term_id, idf) USING (term_id)
+                WHERE term_id IN ({", ".join(map(str, idf))}) {candidates} {in_scope}
+                GROUP BY doc_key ORDER BY score DESC, doc_key LIMIT ?
+            ) top JOIN kw_docs d USING (doc_key) ORDER BY top.score DESC, d.doc_id""",
+            params,
+        ).fetchall()
+
+    if common and rare:
+        holding_rare = f"AND doc_key IN (SELECT doc_key FROM kw_postings WHERE term_id IN ({', '.join(map(str, rare))}))"
+        found = best(holding_rare)
+        if len(found) == limit and found[-1][2] >= sum(idf[t] for t in common) * (BM25_K + 1):
+            return found
+    return best("")
 
 
 def snapshot_generation(warehouse: Path) -> int | None:

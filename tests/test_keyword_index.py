@@ -70,6 +70,7 @@ def test_many_small_updates_score_like_a_fresh_build_and_like_duckdb_fts(tmp_pat
             _write_session(wh, session, chunks)
         incremental = {q: _scores(wh, q) for q in QUERIES}
         incremental_rows = _index_rows(wh)
+        top_few = {q: [round(score, 9) for _, _, score in keyword_search(wh.conn, "chunks", q, limit=5)] for q in QUERIES}
         fts = {q: _fts_scores(wh, q) for q in QUERIES}
 
     with Warehouse(tmp_path / "fresh.duckdb") as fresh:
@@ -82,6 +83,7 @@ def test_many_small_updates_score_like_a_fresh_build_and_like_duckdb_fts(tmp_pat
 
     assert all(incremental[q] for q in QUERIES)
     assert incremental == scratch
+    assert top_few == {q: sorted(incremental[q].values(), reverse=True)[:5] for q in QUERIES}  # pruning is exact
     assert incremental_rows == scratch_rows
     assert incremental == fts
 
@@ -103,3 +105,20 @@ def test_filtered_search_keeps_only_the_documents_in_scope(tmp_path: Path) -> No
         )
     assert hits and {session for _, session, _ in hits} == {"b"}
     assert hits[0][0] == "b:5:x"
+
+
+def test_a_common_term_beside_a_rare_one_keeps_the_exact_best_documents(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        for session in range(20):
+            chunks = []
+            for index in range(10):
+                words = ["deploy"] * rng.randint(1, 4) + [rng.choice(WORDS) for _ in range(rng.randint(5, 30))]
+                words += ["quokka"] * rng.randint(1, 3) * ((session * 10 + index) % 25 == 0)  # 8 of 200: rare
+                rng.shuffle(words)
+                chunks.append({**_chunk(f"s{session}", index, rng), "context_content": " ".join(words)})
+            _write_session(wh, f"s{session}", chunks)
+        everything = keyword_search(wh.conn, "chunks", "deploy quokka", limit=1000)
+        best = keyword_search(wh.conn, "chunks", "deploy quokka", limit=5)
+    assert len(everything) == 200  # every document holds the common term
+    assert [round(score, 9) for *_, score in best] == [round(score, 9) for *_, score in everything[:5]]
