@@ -82,8 +82,8 @@ VECTOR_DELTA_MAX = 5_000
 VECTOR_REBUILD_SHARE = 0.5
 HNSW_DELETED_SHARE = 0.1
 REBUILD_GROWTH = 1.3
-"""The file is rebuilt once it is this much larger than its data needs: its size after the last rebuild, scaled
-by how many rows it holds now (DuckDB reuses freed blocks but never returns them, and a rewritten HNSW index can
+"""The file is rebuilt once it is this much larger than its data needs: its size after the first run that followed
+the last rebuild, scaled by how many rows it holds now (DuckDB reuses freed blocks but never returns them, and a rewritten HNSW index can
 leave whole serialized copies behind)."""
 REBUILD_MIN_EXCESS = 4 << 20
 SIZE_TABLES = ("messages", "chunks", "chunk_embeddings", "kw_postings")
@@ -1080,15 +1080,22 @@ class Warehouse(_Queries):
 
     def outgrown(self, limit: float = REBUILD_GROWTH, *, min_excess: int = REBUILD_MIN_EXCESS) -> bool:
         """Whether the (checkpointed) file is more than `limit` times the size its rows need, by more than
-        `min_excess` bytes (a small file's few new blocks are not worth a rewrite): then `rebuild_file` it once
-        closed. The need is the file's size after its last rebuild scaled by its rows; a file never rebuilt
+        `min_excess` bytes: then `rebuild_file` it once closed. The need is the file's size at the end of the first
+        run after its last rebuild (recorded by this call), scaled by its rows: a run's checkpoint writes the row
+        groups and index it changed before it frees the old ones, so a file in use holds more than a fresh copy,
+        and measuring against the fresh copy would rebuild a small file after every change. A file never rebuilt
         (a first index, whose checkpoints leave free blocks behind) is measured against `min_excess` alone."""
         size = self.path.stat().st_size
         baseline = self.get_meta("rebuild_baseline")
         if baseline is None:
             return size > min_excess
+        rows = _data_rows(self.conn)
         measured = json.loads(baseline)
-        needed = measured["bytes"] * _data_rows(self.conn) / max(measured["rows"], 1)
+        if measured["bytes"] is None:
+            with self.transaction():
+                self.set_meta("rebuild_baseline", to_json({"bytes": size, "rows": rows}))
+            return False
+        needed = measured["bytes"] * rows / max(measured["rows"], 1)
         return size > limit * needed and size - needed > min_excess
 
 
@@ -1152,7 +1159,7 @@ def rebuild_file(warehouse: Path) -> None:
     os.replace(fresh, warehouse)
     _fsync_directory(warehouse.parent)
     with Warehouse(warehouse) as wh, wh.transaction():
-        wh.set_meta("rebuild_baseline", to_json({"bytes": warehouse.stat().st_size, "rows": _data_rows(wh.conn)}))
+        wh.set_meta("rebuild_baseline", to_json({"bytes": None, "rows": 0}))  # measured by the next run's outgrown()
 
 
 PUBLISH_BLOCK = 1 << 20

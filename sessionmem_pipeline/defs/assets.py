@@ -74,7 +74,8 @@ def _stage_context(
             record_run(wh, report, started_at, "dagster")
             generation = wh.generation()
             wh.checkpoint()
-        if report.outgrown:
+            outgrown = report.indexed and wh.outgrown()
+        if outgrown:
             rebuild_file(settings.warehouse)
         if search_index.key not in (context.run.asset_selection or set()):
             publish_if_stale(settings.warehouse, generation)

@@ -67,7 +67,6 @@ class StageReport:
     memories_embedded: int = 0
     threads: int | None = None  # threads rebuilt (None when nothing changed)
     indexed: bool = False
-    outgrown: bool = False  # the live file holds much more than its data: rebuild it once closed (rebuild_file)
     warnings: list[str] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)  # typed (core/errors.py): type, message, recoverable
     stage_seconds: dict[str, float] = field(default_factory=dict)
@@ -290,7 +289,6 @@ def index(ctx: StageContext, report: StageReport) -> None:
     with ctx.wh.transaction():
         ctx.record(INDEX, {GLOBAL: input_fp})
     report.indexed = True
-    report.outgrown = ctx.wh.outgrown()
 
 
 SESSION_STEPS: dict[str, Callable[[StageContext, StageReport], None]] = {

@@ -106,8 +106,9 @@ def index_sources(
             record_run(wh, report, started_at, "cli")
             generation = wh.generation()
             wh.checkpoint()
+            outgrown = report.indexed and wh.outgrown()  # measured checkpointed: mid-run the file holds more
         fault_point("run", "after")
-        if report.outgrown:
+        if outgrown:
             with report.timed("rebuild"):
                 rebuild_file(settings.warehouse)
         with report.timed("publish"):
