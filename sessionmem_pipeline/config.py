@@ -50,6 +50,7 @@ DEFAULTS: dict[str, Any] = {
     "embedding.dimensions": 0,  # 0: the model's own
     "embedding.batch_size": 64,
     "embedding.api_key": None,
+    "embedding.max_in_flight": 4,  # remote embedders: requests sent at once (a remote API is latency-bound)
     "llm.provider": "none",
     "llm.model": "gpt-4o-mini",
     "llm.base_url": None,
