@@ -98,6 +98,18 @@ class Embedder(ABC):
         return EmbeddingOutcome(self.embed(texts))
 
 
+def vectors_or_raise(outcome: EmbeddingOutcome, texts: Sequence[str]) -> np.ndarray:
+    """`embed` of an embedder that isolates failures: all vectors, or `EmbeddingError` naming what failed."""
+    if outcome.failures:
+        reasons = sorted(set(outcome.failures.values()))
+        raise EmbeddingError(
+            f"{len(outcome.failures)} of {len(texts)} texts could not be embedded: {'; '.join(reasons)}",
+            outcome.failures,
+            texts,
+        )
+    return outcome.vectors
+
+
 def _reject_single_string(texts: Sequence[str]) -> None:
     """A bare string is a Sequence[str] too; embedding it character by character is never what was meant."""
     if isinstance(texts, str):
@@ -329,15 +341,7 @@ class OpenAIEmbedder(Embedder):
         return len(_cl100k().encode(text, disallowed_special=()))
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        outcome = self.embed_with_failures(texts)
-        if outcome.failures:
-            reasons = sorted(set(outcome.failures.values()))
-            raise EmbeddingError(
-                f"{len(outcome.failures)} of {len(texts)} texts could not be embedded: {'; '.join(reasons)}",
-                outcome.failures,
-                texts,
-            )
-        return outcome.vectors
+        return vectors_or_raise(self.embed_with_failures(texts), texts)
 
     def embed_with_failures(self, texts: Sequence[str]) -> EmbeddingOutcome:
         """Embed batch by batch, `max_in_flight` at a time; a batch still failing after its retries fails alone,
