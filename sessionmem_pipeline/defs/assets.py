@@ -28,6 +28,9 @@ from sessionmem_pipeline.warehouse import Warehouse, publish_if_stale, storage_g
 warnings.filterwarnings("ignore", category=dg.BetaWarning)  # backfill_policy is beta in Dagster 1.13
 
 BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=200)
+WRITER_TAGS = {"dagster-celery/queue": "sessionmem_writer"}
+"""On the Celery executor (deploy/) steps that write DuckDB go to the one worker on the warehouse machine."""
+COMPUTE_TAGS = {"dagster-celery/queue": "sessionmem_compute"}
 SENSOR_RUN_TAG = "sessionmem/run_key"
 """Tag on runs a sensor asked for: their summaries follow the due rule; any other run summarizes now."""
 
@@ -39,6 +42,7 @@ def session_asset(**kwargs: object):
         pool=WAREHOUSE_POOL,
         backfill_policy=BACKFILL_POLICY,
         kinds={"duckdb"},
+        op_tags=WRITER_TAGS,
         **kwargs,
     )
 
@@ -165,6 +169,7 @@ def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) ->
 @dg.asset(
     partitions_def=session_partitions,
     pool=COMPUTE_POOL,
+    op_tags=COMPUTE_TAGS,
     backfill_policy=BACKFILL_POLICY,
     deps=[chunks],
     group_name="sessions",
@@ -214,7 +219,7 @@ def session_summaries(context: dg.AssetExecutionContext, sessionmem: SessionmemR
     return dg.MaterializeResult(metadata={"versions_written": report.summaries_written})
 
 
-@dg.asset(pool=WAREHOUSE_POOL, deps=[session_summaries], group_name="summaries", kinds={"duckdb"})
+@dg.asset(pool=WAREHOUSE_POOL, op_tags=WRITER_TAGS, deps=[session_summaries], group_name="summaries", kinds={"duckdb"})
 def session_threads(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Related sessions linked into threads (summary similarity, shared topics and files, time)."""
     with _stage_context(context, sessionmem, partitioned=False) as (ctx, report):
@@ -223,7 +228,7 @@ def session_threads(context: dg.AssetExecutionContext, sessionmem: SessionmemRes
     return dg.MaterializeResult(metadata={"dagster/row_count": linked, "rebuilt": report.threads is not None})
 
 
-@dg.asset(pool=WAREHOUSE_POOL, group_name="search", kinds={"duckdb"})
+@dg.asset(pool=WAREHOUSE_POOL, op_tags=WRITER_TAGS, group_name="search", kinds={"duckdb"})
 def memories(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Curated memories from the `memories.jsonl` files in the source roots and the inbox, embedded."""
     with _stage_context(context, sessionmem, partitioned=False) as (ctx, report):
@@ -236,6 +241,7 @@ def memories(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) 
 
 @dg.asset(
     pool=WAREHOUSE_POOL,
+    op_tags=WRITER_TAGS,
     deps=[chunk_embeddings, session_summaries, session_threads, memories],
     group_name="search",
     kinds={"duckdb"},
