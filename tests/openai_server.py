@@ -109,6 +109,8 @@ class OpenAICompatibleServer:
     """Added to every reply: a remote API's round trip (benchmarks/scale_out.py), or overlap for tests."""
     peak_in_flight: int = 0
     """The most requests the server was answering at the same moment."""
+    failing: dict[str, Reply] = field(default_factory=dict)
+    """Endpoint -> the reply it gives to every request while set (a server that is down), after the queue."""
     requests: list[RecordedRequest] = field(default_factory=list)
     _queues: dict[str, deque[Reply]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -167,7 +169,7 @@ class OpenAICompatibleServer:
         with self._lock:
             self.requests.append(request)
             queue = self._queues.get(request.path)
-            return queue.popleft() if queue else None
+            return queue.popleft() if queue else self.failing.get(request.path)
 
     def _normal_reply(self, path: str, body: Any) -> Reply:
         if path == EMBEDDINGS:
