@@ -172,7 +172,7 @@ def _rich_text(value: Any) -> str:
         if isinstance(node, dict):
             if isinstance(node.get("text"), str):
                 found.append(node["text"])
-            stack.extend(reversed(as_list(node.get("children"))))
+            stack.extend(reversed(as_list(node.get("children")) or [node.get("root")]))
         elif isinstance(node, list):
             stack.extend(reversed(node))
     return "".join(found)
