@@ -5,9 +5,10 @@
     part/<message id>/<part id>.json         {id, messageID, type, text | tool/callID/state | ...}
 
 The unit of discovery is the session file: it is what discovery hands to the parser, which reads that session's
-message and part files beside it read-only (through `Related`, never opening anything itself). OpenCode rewrites
-the session file (`time.updated`) as the session goes on, so a session that changed is read again whole; a
-message written without the session file changing is picked up the next time it does (or by `index --full`).
+message and part files beside it read-only (through `Related`, never opening anything itself). Change detection
+is the session file's: OpenCode rewrites it (`time.updated`, title, summary) as the session goes on, and the
+session is then read again whole; a message written without the session file changing is picked up the next
+time it changes (or by `index --full`).
 Message and part files are never read on their own (they lie in OpenCode's territory, matching no pattern).
 
 Messages in `time.created` order (ties by id, which OpenCode makes ascending); parts by id. Part types: `text`
