@@ -123,7 +123,10 @@ def _composer(
     composer_id = as_id(composer.get("composerId")) or composer_id
     started = parse_timestamp(composer.get("createdAt"))
     bubbles = [as_dict(bubble) for bubble in as_list(composer.get("conversation"))]
+    inline = {as_id(bubble.get("bubbleId")) for bubble in bubbles}
     for header in map(as_dict, as_list(composer.get("fullConversationHeadersOnly"))):
+        if as_id(header.get("bubbleId")) in inline - {None}:
+            continue  # a version that keeps both: the inline copy is the bubble
         stored = _decode(values.get(f"bubbleId:{composer_id}:{as_id(header.get('bubbleId'))}"))
         if isinstance(stored, dict):
             bubbles.append(stored)
