@@ -1299,6 +1299,7 @@ def keyword_search(
     idf = {int(term_id): math.log((documents - df + 0.5) / (df + 0.5) + 1, 10) for term_id, df in terms}
     common = [int(term_id) for term_id, df in terms if df > COMMON_TERM_SHARE * documents]
     rare = [term_id for term_id in idf if term_id not in common]
+    rare_postings = sum(df for term_id, df in terms if int(term_id) in rare)
     in_scope = (
         f"AND doc_key IN (SELECT doc_key FROM kw_docs WHERE corpus = ? AND doc_id IN ({scope}))" if scope else ""
     )
@@ -1318,7 +1319,7 @@ def keyword_search(
             params,
         ).fetchall()
 
-    if common and rare:
+    if common and rare_postings >= limit:  # fewer documents hold a rare term than asked for: nothing to prune
         holding_rare = f"AND doc_key IN (SELECT doc_key FROM kw_postings WHERE term_id IN ({', '.join(map(str, rare))}))"
         found = best(holding_rare)
         if len(found) == limit and found[-1][2] >= sum(idf[t] for t in common) * (BM25_K + 1):
