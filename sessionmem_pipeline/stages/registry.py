@@ -67,7 +67,8 @@ class Stage:
 
 INGEST = Stage(
     "ingest",
-    4,  # 2: parser changes (recap); 3: privacy exclusions and <private> spans; 4: agent formats, per-session ingest
+    5,  # 2: parser changes (recap); 3: privacy exclusions and <private> spans; 4: agent formats, per-session ingest;
+    # 5: Claude Code warmup sidechains are no sessions
     ("validation.max_bad_line_share", "privacy.exclude_paths", "privacy.exclude_projects"),
     uses_redaction=True,
 )
