@@ -72,7 +72,7 @@ INGEST = Stage(
     ("validation.max_bad_line_share", "privacy.exclude_paths", "privacy.exclude_projects"),
     uses_redaction=True,
 )
-COLLAPSE = Stage("collapse", 1, upstream="ingest")
+COLLAPSE = Stage("collapse", 2, upstream="ingest")  # 2: Codex `shell_command` calls read as shell commands
 CHUNK = Stage(
     "chunk", 2, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
     uses_llm=True,
