@@ -487,8 +487,7 @@ def _turn_lines(messages: Sequence[Message], collapsed: Sequence[CollapsedMessag
 
     def add(position: tuple[int, int], section: str, text: str, ids: tuple[str, ...]) -> None:
         if text.strip():
-            limit = GOAL_CHARS if section == SECTION_GOAL else LINE_CHARS
-            lines.append((position, RecapLine(clip_line(redact(text), limit), ids, section)))
+            lines.append((position, _line(section, text, ids)))
 
     # The latest request, and earlier ones the assistant worked on (a question in passing is not a goal): the
     # latest of them and the first.
