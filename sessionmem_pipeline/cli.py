@@ -201,6 +201,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for row in status["formats"]:
         what = f"{row['sessions']} sessions, {row['messages']} messages" if row["supported"] else "skipped: not supported"
         print(f"format {row['format']}: {row['files']} files, {what}")
+    for reason, count in status["skipped_sessions"].items():
+        print(f"skipped: {reason}: {count}")
     for item in status["quarantine"]:
         print(f"quarantined: {item['path']}: {item['reason']}")
     for problem in status["source_problems"]:
