@@ -29,8 +29,8 @@ def _load_benchmark():
 
 
 BENCHMARK = _load_benchmark()
-TUNING_SECRETS = BENCHMARK.load_secret_entries(CORPUS / "tuning" / "secrets.txt")
-TUNING_CLEAN = BENCHMARK.load_clean_lines(CORPUS / "tuning" / "clean.txt")
+TUNING_SECRETS = [entry for half in BENCHMARK.TUNING for entry in BENCHMARK.load_secret_entries(CORPUS / half / "secrets.txt")]
+TUNING_CLEAN = [line for half in BENCHMARK.TUNING for line in BENCHMARK.load_clean_lines(CORPUS / half / "clean.txt")]
 
 GITHUB_TOKEN = "ghp_FAKEqcvGtAtIfNGpak8uNyPAbtVhbOrzUQ04"
 OPENAI_KEY = "sk-proj-FAKEUj9aYV0EaSYkJ9ntIYgbU1qKwrBN58kx5J4aB16B1Cc9HVfvOZIj"
