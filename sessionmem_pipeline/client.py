@@ -20,6 +20,7 @@ import duckdb
 
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.context import zone
+from sessionmem_pipeline.core.timeline import TimelineDay, TimelineSession, default_window, first_line, group_by_day
 from sessionmem_pipeline.core.timewindow import TimeWindow, time_bound, understood_window
 from sessionmem_pipeline.warehouse import (
     CHUNK_DOCUMENTS,
@@ -610,6 +611,45 @@ class SessionMemory:
         from sessionmem_pipeline.stages.memories import remember
 
         return remember(self.warehouse, content, importance=importance, session_id=session_id)
+
+    def timeline(
+        self,
+        *,
+        after: str | date | datetime | None = None,
+        before: str | date | datetime | None = None,
+        project: str | None = None,
+        now: datetime | None = None,
+    ) -> list[TimelineDay]:
+        """Top-level sessions grouped by the local day they started on, newest day first (core.timeline).
+        `after`/`before` take the same dates as search; with neither, the last 7 days up to `now`."""
+        now = now or datetime.now(UTC)
+        if after is None and before is None:
+            window = default_window(now, self.settings.timezone)
+            after, before = window.after, window.before
+        where, params = self._filters(now=now, after=after, before=before, project=project).session_sql()
+        rows = Snapshot(self.connection()).query(
+            f"""SELECT s.session_id, s.project, s.format, s.started_at, s.ended_at, s.message_count,
+                       s.summary_overview, v.summary, s.source_missing
+                FROM sessions s LEFT JOIN session_summaries v
+                  ON v.session_id = s.session_id AND v.version = s.summary_version
+                WHERE s.parent_session_id IS NULL AND {where}""",
+            params,
+        )
+        sessions = [
+            TimelineSession(
+                session_id=row["session_id"],
+                project=row["project"] or "",
+                agent=row["format"] or "",
+                started_at=row["started_at"].astimezone(UTC) if row["started_at"] else None,
+                ended_at=row["ended_at"].astimezone(UTC) if row["ended_at"] else None,
+                message_count=row["message_count"] or 0,
+                summary=first_line(row["summary_overview"]),
+                decisions=list(json.loads(row["summary"]).get("decisions", [])) if row["summary"] else [],
+                source_missing=bool(row["source_missing"]),
+            )
+            for row in rows
+        ]
+        return group_by_day(sessions, self.settings.timezone)
 
     def threads(self, *, project: str | None = None) -> list[dict[str, Any]]:
         """Threads of related sessions (newest activity first), each with its sessions in time order."""
