@@ -9,6 +9,7 @@ one line (time, latency, result count) to `search-log.jsonl` beside the warehous
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -183,6 +184,27 @@ def fuse_scores(
         for chunk_id in bm25.keys() | vector.keys()
     }
     return dict(sorted(fused.items(), key=lambda item: (-item[1], item[0])))
+
+
+def keyword_ranking(query: str, memories: Sequence[MemoryResult]) -> list[str]:
+    """Memory ids holding the most of the query's words first (those holding none left out): a keyword ranking
+    for the few inbox memories no BM25 index covers yet."""
+    words = set(re.findall(r"\w{3,}", query.lower()))
+    hits = {m.memory_id: len(words & set(re.findall(r"\w{3,}", m.content.lower()))) for m in memories}
+    return sorted((mid for mid, n in hits.items() if n), key=lambda mid: (-hits[mid], mid))
+
+
+def cosine_similarities(
+    query_vector: Sequence[float], keys: Sequence[str], vectors: Sequence[Sequence[float]]
+) -> dict[str, float]:
+    """Cosine similarity of each vector to the query vector, by key."""
+    import numpy as np
+
+    matrix = np.asarray(vectors, dtype=np.float32).reshape(len(keys), -1)
+    query = np.asarray(query_vector, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(query) or 1.0)
+    scores = matrix @ query / np.where(norms == 0, 1.0, norms)
+    return {key: float(score) for key, score in zip(keys, scores, strict=True)}
 
 
 def reciprocal_rank_fusion(rankings: Sequence[tuple[Sequence[str], float]], k: int = 60) -> dict[str, float]:
@@ -518,7 +540,8 @@ class SessionMemory:
         return results
 
     def search_memories(self, query: str, *, limit: int = 5) -> list[MemoryResult]:
-        """Curated memories (what agents chose to remember), hybrid BM25 + vector, importance as a tie-breaker."""
+        """Curated memories (what agents chose to remember), hybrid BM25 + vector, importance as a tie-breaker.
+        Memories `remember` put in the inbox since the last index are searched too (keywords and vectors)."""
         started = time.perf_counter()
         conn = self.connection()
         try:
@@ -529,28 +552,46 @@ class SessionMemory:
             ).fetchall()]
         except duckdb.CatalogException:
             bm25 = []
-        vector = self._query_vector(query)
-        semantic = []
-        if vector is not None:
-            semantic = [r[0] for r in conn.execute(
-                """SELECT memory_id FROM memories WHERE embedding IS NOT NULL
-                   ORDER BY list_cosine_similarity(embedding, ?::FLOAT[]) DESC, memory_id LIMIT ?""",
-                [vector, CANDIDATES],
-            ).fetchall()]
-        fused = reciprocal_rank_fusion([(bm25, 1.0), (semantic, 1.0)], k=self.settings["search.rrf_k"])
-        rows = conn.execute(
-            "SELECT memory_id, content, timestamp, session_id, importance FROM memories WHERE memory_id IN (SELECT unnest(?))",
-            [list(fused)],
-        ).fetchall()
+        rows = [
+            MemoryResult(r[0], r[1], r[2].astimezone(UTC) if r[2] else None, r[3], r[4], 0.0)
+            for r in conn.execute("SELECT memory_id, content, timestamp, session_id, importance FROM memories").fetchall()
+        ]
+        stored = {m.memory_id for m in rows}
+        pending = [m for m in self._inbox_memories() if m.memory_id not in stored]
+        similarity: dict[str, float] = {}
+        if self._meta("embedding_model"):
+            query_vector = self.embedder().embed([query])[0]
+            similarity = dict(conn.execute(
+                """SELECT memory_id, list_cosine_similarity(embedding, ?::FLOAT[]) FROM memories
+                   WHERE embedding IS NOT NULL ORDER BY 2 DESC, memory_id LIMIT ?""",
+                [vector_literal(query_vector), CANDIDATES],
+            ).fetchall())
+            if pending:
+                vectors = self.embedder().embed([m.content for m in pending])
+                similarity |= cosine_similarities(query_vector, [m.memory_id for m in pending], vectors)
+        semantic = sorted(similarity, key=lambda memory_id: (-similarity[memory_id], memory_id))
+        fused = reciprocal_rank_fusion(
+            [(bm25, 1.0), (keyword_ranking(query, pending), 1.0), (semantic, 1.0)], k=self.settings["search.rrf_k"]
+        )
         results = sorted(
-            (
-                MemoryResult(r[0], r[1], r[2].astimezone(UTC) if r[2] else None, r[3], r[4], round(fused[r[0]], 6))
-                for r in rows
-            ),
+            (replace(m, score=round(fused[m.memory_id], 6)) for m in rows + pending if m.memory_id in fused),
             key=lambda m: (-m.score, -(m.importance or 0), m.memory_id),
         )[:limit]
         self._log("search_memories", started, len(results))
         return results
+
+    def _inbox_memories(self) -> list[MemoryResult]:
+        """The memories in the inbox beside the warehouse (already sanitized when parsed)."""
+        from sessionmem_pipeline.stages.memories import memory_inbox, parse_memories
+
+        inbox = memory_inbox(self.warehouse)
+        if not inbox.is_file():
+            return []
+        memories, _ = parse_memories(inbox)
+        return [
+            MemoryResult(m["memory_id"], m["content"], m["timestamp"], m["session_id"], m["importance"], 0.0)
+            for m in memories
+        ]
 
     def recap(self, *, session_id: str | None = None, project: str | None = None, budget: int = 800):
         """The recap of the given session, or of the latest top-level session (of `project`): what was being
@@ -607,7 +648,7 @@ class SessionMemory:
         return history
 
     def remember(self, content: str, *, importance: float | None = None, session_id: str | None = None) -> dict:
-        """Store a curated memory; it is searchable with `search_memories` after the next pipeline run."""
+        """Store a curated memory in the inbox; `search_memories` finds it at once (the next run indexes it)."""
         from sessionmem_pipeline.stages.memories import remember
 
         return remember(self.warehouse, content, importance=importance, session_id=session_id)

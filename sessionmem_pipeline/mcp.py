@@ -23,7 +23,8 @@ INSTRUCTIONS = """Long-term memory of past conversations and agent sessions.
 - search_memories: facts an agent explicitly chose to remember.
 - recap: what the previous session was doing and what it left unfinished, to continue work.
 - get_history: read a whole session; summarize_session: its structured summary now.
-- remember: keep a fact for later sessions (found by search_memories)."""
+- timeline: what was done day by day (sessions with project, agent, duration, summary line, decisions).
+- remember: keep a fact for later sessions (search_memories finds it at once)."""
 
 
 def _payload(results: list[Any]) -> str:
@@ -160,15 +161,27 @@ def build_server(memory: SessionMemory) -> MCPServer:
         return json.dumps({"note": QUOTED, **history}, ensure_ascii=False, default=str)
 
     @server.tool(
+        name="timeline",
+        description=(
+            "What was done, day by day: sessions grouped by the day they started (configured time zone), each with "
+            "project, agent, duration, message count, its summary's first line and its decisions. after/before take "
+            "ISO dates or yesterday, last week, in March; default the last 7 days. Use for 'what did I do last week'."
+        ),
+    )
+    def timeline(after: str | None = None, before: str | None = None, project: str | None = None) -> str:
+        days = memory.timeline(after=after, before=before, project=project)
+        return json.dumps({"note": QUOTED, "days": [day.to_dict() for day in days]}, ensure_ascii=False)
+
+    @server.tool(
         name="remember",
         description=(
             "Store a fact worth keeping across sessions (a decision, a preference, a gotcha). importance 0..1; "
-            "session_id links it to a session. search_memories finds it after the next index run."
+            "session_id links it to a session. search_memories finds it at once."
         ),
     )
     def remember(content: str, importance: float | None = None, session_id: str | None = None) -> str:
         entry = memory.remember(content, importance=importance, session_id=session_id)
-        return json.dumps({"stored": entry["id"], "searchable_after": "the next `sessionmem index` or Dagster run"})
+        return json.dumps({"stored": entry["id"], "searchable": "now, with search_memories"})
 
     return server
 
