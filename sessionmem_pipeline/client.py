@@ -188,9 +188,14 @@ def fuse_scores(
 
 def keyword_ranking(query: str, memories: Sequence[MemoryResult]) -> list[str]:
     """Memory ids holding the most of the query's words first (those holding none left out): a keyword ranking
-    for the few inbox memories no BM25 index covers yet."""
+    for the few inbox memories no BM25 index covers yet. A word matches another it begins ("deploy", "deploys")."""
     words = set(re.findall(r"\w{3,}", query.lower()))
-    hits = {m.memory_id: len(words & set(re.findall(r"\w{3,}", m.content.lower()))) for m in memories}
+
+    def matches(content: str) -> int:
+        found = set(re.findall(r"\w{3,}", content.lower()))
+        return sum(any(w.startswith(q) or q.startswith(w) for w in found) for q in words)
+
+    hits = {m.memory_id: matches(m.content) for m in memories}
     return sorted((mid for mid, n in hits.items() if n), key=lambda mid: (-hits[mid], mid))
 
 
