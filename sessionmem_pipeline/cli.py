@@ -41,18 +41,18 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
-PROGRESS_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit}s, {elapsed} elapsed, about {remaining} left"
+PROGRESS_FORMAT = (
+    "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit}s, {elapsed} elapsed, about {remaining} left"
+)
 
 
-def local_time(moment: datetime | None, timezone: str, *, seconds: bool = False) -> str:
-    """A moment as people read it: `2026-05-11 10:27` in the configured zone (`?` when unknown)."""
+def local_time(moment: datetime | None, timezone: str) -> str:
+    """A moment as people read it: `2026-05-11 10:27` in the configured zone (`?` when unknown; naive is UTC)."""
     if moment is None:
         return "?"
-    if isinstance(moment, str):
-        moment = datetime.fromisoformat(moment)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(zone(timezone)).strftime("%Y-%m-%d %H:%M" + (":%S" if seconds else ""))
+    return moment.astimezone(zone(timezone)).strftime("%Y-%m-%d %H:%M")
 
 
 def _progress_bar(enabled: bool) -> Callable[[str, int, int], None] | None:
@@ -195,7 +195,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     status = read_status(settings)
-    args.timezone = settings.timezone
     if args.json:
         _print_json(status)
         return 0
@@ -210,7 +209,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     run = status["last_run"]
     if run:
         print(
-            f"last run: {local_time(run['finished_at'], args.timezone)} ({run['trigger']}, {run['status']}): {run['sessions']} sessions, "
+            f"last run: {local_time(run['finished_at'], settings.timezone)} ({run['trigger']}, {run['status']}): "
+            f"{run['sessions']} sessions, "
             f"{run['messages']} messages, {run['chunks']} chunks in {run['seconds']:.1f}s"
         )
     else:
@@ -350,7 +350,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     tz = settings.timezone
     for s in sessions:
         print(
-            f"{s['session_id']}  {s['project']}  {local_time(s['started_at'], tz)} → {local_time(s['ended_at'], tz)}  "
+            f"{s['session_id']}  {s['project']}  {local_time(s['started_at'], tz)} → "
+            f"{local_time(s['ended_at'], tz)}  "
             f"{s['message_count']} messages, summary v{s['summary_version'] or '-'}"
         )
         for version in s.get("summaries", []):

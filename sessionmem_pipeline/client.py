@@ -557,9 +557,10 @@ class SessionMemory:
             ).fetchall()]
         except duckdb.CatalogException:
             bm25 = []
+        stored_rows = conn.execute("SELECT memory_id, content, timestamp, session_id, importance FROM memories")
         rows = [
             MemoryResult(r[0], r[1], r[2].astimezone(UTC) if r[2] else None, r[3], r[4], 0.0)
-            for r in conn.execute("SELECT memory_id, content, timestamp, session_id, importance FROM memories").fetchall()
+            for r in stored_rows.fetchall()
         ]
         stored = {m.memory_id for m in rows}
         pending = [m for m in self._inbox_memories() if m.memory_id not in stored]

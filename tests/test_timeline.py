@@ -45,7 +45,8 @@ def test_default_window_is_the_last_seven_days_from_local_midnight() -> None:
 
 
 def test_durations_and_first_lines_read_as_people_say_them() -> None:
-    assert [format_duration(timedelta(seconds=s)) for s in (20, 720, 3900)] == ["under a minute", "12 min", "1 h 05 min"]
+    durations = [format_duration(timedelta(seconds=s)) for s in (20, 720, 3900)]
+    assert durations == ["under a minute", "12 min", "1 h 05 min"]
     assert format_duration(None) == "?"
     assert first_line("\n  Fixed the gift card bug.\nMore detail") == "Fixed the gift card bug."
 
