@@ -2,6 +2,8 @@
 empty answers, printed paths, no empty headings, times in the configured zone."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,16 @@ def test_times_print_in_the_configured_zone(config: str, capsys) -> None:
     code, out, _ = _run(capsys, "sessions", "--config", config, "--json")
     assert json.loads(out)["sessions"][0]["started_at"].startswith("2026-03-13")
     assert local_time(None, "Europe/Berlin") == "?"
+
+
+@pytest.mark.parametrize("benchmark, argv", [
+    ("retrieval.py", ["--sessions", "/nonexistent/sessions"]),
+    ("summaries.py", ["--dataset", "/nonexistent/samsum.csv"]),
+])
+def test_a_benchmark_without_its_data_says_where_to_get_it(benchmark: str, argv: list[str], tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / benchmark), *argv],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("/nonexistent/") and "not found; get the" in line and "github.com/" in line
