@@ -25,12 +25,16 @@ from sessionmem_pipeline.config import (
     render_config_file,
 )
 from sessionmem_pipeline.core.context import zone
-from sessionmem_pipeline.core.errors import SessionMemoryError
+from sessionmem_pipeline.core.errors import InvalidInputError, SessionMemoryError
 from sessionmem_pipeline.warehouse import WarehouseError
 
 
 class CommandError(RuntimeError):
     """A user-facing failure: printed as one line, exit 1."""
+
+
+USER_ERRORS = (CommandError, ConfigError, WarehouseError, SessionMemoryError, ValueError, OSError)
+"""Failures a person (or an agent, through the MCP server) can act on: reported as their one-line message."""
 
 
 def _settings(args: argparse.Namespace, **flags: Any) -> Settings:
@@ -274,20 +278,29 @@ def highlight(text: str, query: str, enabled: bool) -> str:
 
 
 def _print_listing(
-    results: Sequence[Any], as_json: bool, show: Callable[[int, Any], None], empty: str = "no results"
+    results: Sequence[Any],
+    as_json: bool,
+    show: Callable[[int, Any], None],
+    notice: str | None = None,
+    empty: str = "no results",
 ) -> None:
-    """`{"results": [...]}` for machines; numbered entries (or what to do when there are none) for people."""
+    """`{"results": [...]}` for machines; numbered entries (or what to do when there are none) for people. A
+    search's notice (keyword-only results) is one line before the results, or a `notice` key."""
     if as_json:
-        _print_json({"results": [r.to_dict() for r in results]})
+        _print_json({"results": [r.to_dict() for r in results], **({"notice": notice} if notice else {})})
         return
+    if notice:
+        print(f"note: {notice}")
     if not results:
         print(empty)
     for number, result in enumerate(results, start=1):
         show(number, result)
 
 
-def _print_results(results: Sequence[Any], as_json: bool, query: str, timezone: str) -> None:
-    _print_listing(results, as_json, lambda number, result: _show_chunk(number, result, query, timezone))
+def _print_results(
+    results: Sequence[Any], as_json: bool, query: str, timezone: str, notice: str | None = None
+) -> None:
+    _print_listing(results, as_json, lambda number, result: _show_chunk(number, result, query, timezone), notice)
 
 
 def _show_chunk(number: int, result: Any, query: str, timezone: str) -> None:
@@ -311,18 +324,21 @@ def cmd_search(args: argparse.Namespace) -> int:
     try:
         window, source, _ = memory.time_window(args.query, after=filters["after"], before=filters["before"])
         results = memory.search(args.query, limit=args.limit, **filters)
-    except ValueError as exc:
+    except InvalidInputError:
+        raise  # exit 2, as every command's invalid input
+    except ValueError as exc:  # a date the time window could not read
         raise CommandError(str(exc)) from None
     understood = window.to_dict(source) if window else None
     if not memory.indexed and not args.json:
         print("nothing indexed yet: run `sessionmem index` (or wait for the first run to finish)", file=sys.stderr)
+    notice = {"notice": memory.notice} if memory.notice else {}
     if args.json:
-        _print_json({"time_window": understood, "results": [r.to_dict() for r in results]})
+        _print_json({"time_window": understood, "results": [r.to_dict() for r in results], **notice})
         return 0
     if understood:
         verb = "filter" if source == "flag" else "boost (named in the query)"
         print(f"time window ({verb}): {understood['after'] or '…'} → {understood['before'] or 'now'}\n")
-    _print_results(results, False, args.query, memory.settings.timezone)
+    _print_results(results, False, args.query, memory.settings.timezone, memory.notice)
     return 0
 
 
@@ -376,7 +392,7 @@ def cmd_search_sessions(args: argparse.Namespace) -> int:
             print(f"   decisions: {'; '.join(r.decisions[:3])}")
         print()
 
-    _print_listing(memory.search_sessions(args.query, limit=args.limit, **filters), args.json, show)
+    _print_listing(memory.search_sessions(args.query, limit=args.limit, **filters), args.json, show, memory.notice)
     return 0
 
 
@@ -385,16 +401,21 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
     memory = SessionMemory(settings=_settings(args))
     results = memory.recall(args.query, sessions=args.sessions, limit=args.limit, **_filter_kwargs(args))
-    _print_results(results, args.json, args.query, memory.settings.timezone)
+    _print_results(results, args.json, args.query, memory.settings.timezone, memory.notice)
     return 0
 
 
 def cmd_memories(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.client import SessionMemory
 
-    results = SessionMemory(settings=_settings(args)).search_memories(args.query, limit=args.limit)
+    memory = SessionMemory(settings=_settings(args))
+    results = memory.search_memories(args.query, limit=args.limit)
     hint = 'no memories match: add one with `sessionmem remember "TEXT"` (agents: the MCP tool `remember`)'
-    _print_listing(results, args.json, lambda n, r: print(f"{n}. [{r.score:.4f}] {r.memory_id}: {r.content}"), hint)
+
+    def show(n: int, r: Any) -> None:
+        print(f"{n}. [{r.score:.4f}] {r.memory_id}: {r.content}")
+
+    _print_listing(results, args.json, show, memory.notice, hint)
     return 0
 
 
@@ -782,7 +803,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader (head, less) went away: not an error
         sys.stderr.close()
         return 0
-    except (CommandError, ConfigError, WarehouseError, SessionMemoryError, ValueError, OSError) as exc:
+    except InvalidInputError as exc:
+        print(f"sessionmem {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except USER_ERRORS as exc:
         print(f"sessionmem {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -4,6 +4,10 @@ Chunk search is hybrid: BM25 over chunk text and its contextual prefix, and cosi
 embeddings, fused by a convex combination of scores (`fuse_scores`), so exact names and paths (BM25) and
 paraphrases (vectors) both find their chunk. Session and memory search fuse by reciprocal rank. Every search appends
 one line (time, latency, result count) to `search-log.jsonl` beside the warehouse.
+
+When the embedding provider fails (a remote server down or answering errors), searches answer from the keyword
+index alone and say so in `SessionMemory.notice`. Inputs are checked first: an empty query or a limit below 1
+raises `InvalidInputError` (a ValueError) with a one-line message the CLI and the MCP server pass on as is.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import duckdb
 
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.context import zone
+from sessionmem_pipeline.core.errors import InvalidInputError
 from sessionmem_pipeline.core.timeline import TimelineDay, TimelineSession, default_window, first_line, group_by_day
 from sessionmem_pipeline.core.timewindow import TimeWindow, time_bound, understood_window
 from sessionmem_pipeline.warehouse import (
@@ -36,6 +41,20 @@ CANDIDATES = 150  # per retriever, before fusion
 SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
 EXACT_SCAN_MAX = 20_000  # filtered vector queries scan this many matching chunks exactly (about 5 ms at 384 d)
 OVERFETCH = 4  # above it (more than half the chunks match), the index's top limit x OVERFETCH are filtered instead
+
+
+def require_query(query: str) -> str:
+    """The query, unless it has no words to search for."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError("the query is empty: give the words or question to search for")
+    return query
+
+
+def require_positive(name: str, value: int) -> int:
+    """`value`, unless it is below 1 (a count of results or a token budget)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{name} must be a whole number of at least 1, got {value!r}")
+    return value
 
 
 def vector_literal(vector: Sequence[float]) -> str:
@@ -238,6 +257,8 @@ class SessionMemory:
         self._conn: duckdb.DuckDBPyConnection | None = None
         self._opened: tuple[int, int] | None = None
         self._embedder = None
+        self.notice: str | None = None
+        """Set by the last search when it could not use every retriever (keyword-only results), else None."""
 
     # -- connection to the newest snapshot --
 
@@ -295,6 +316,25 @@ class SessionMemory:
             )
         return self._embedder
 
+    def _start(self) -> float:
+        """Begin a search: clear the previous one's notice; the start time for `_log`."""
+        self.notice = None
+        return time.perf_counter()
+
+    def _query_vector(self, query: str) -> str | None:
+        """The query's embedding as a vector literal; None without vectors, or when the provider fails (then the
+        search is keyword-only and `notice` says why; later retrievers of the same search do not ask again)."""
+        if self.notice is not None or not self._meta("embedding_model"):
+            return None
+        embedder = self.embedder()
+        from sessionmem_pipeline.providers.embedders import EmbeddingError
+
+        try:
+            return vector_literal(embedder.embed([query])[0])
+        except EmbeddingError as exc:
+            self.notice = f"keyword-only results: the embedding provider failed ({exc})"
+            return None
+
     def _log(self, kind: str, started: float, results: int) -> None:
         line = {
             "time": datetime.now(UTC).isoformat(),
@@ -351,11 +391,10 @@ class SessionMemory:
         the index when most chunks match, and otherwise (or when the over-fetch is short) scan the matching
         chunks exactly (`+ 0` keeps the optimizer from using the index there).
         """
-        if not self._meta("embedding_model"):
+        vector = self._query_vector(query)
+        if vector is None:
             return {}
-        embedder = self.embedder()
-        vector = vector_literal(embedder.embed([query])[0])
-        cast = f"?::FLOAT[{embedder.dimensions}]"
+        cast = f"?::FLOAT[{self.embedder().dimensions}]"
         conn = self.connection()
         where, params = filters.chunk_sql()
         if where == "TRUE":
@@ -417,7 +456,9 @@ class SessionMemory:
         clock) in the configured zone. Without them, a date named in the query ("what did we decide last week
         about X") is not searched as words: chunks from that window get a boost (`search.time_boost`).
         """
-        started = time.perf_counter()
+        require_query(query)
+        require_positive("limit", limit)
+        started = self._start()
         window, source, words = self.time_window(query, after=after, before=before, now=now)
         filters = self._filters(
             now=now,
@@ -452,12 +493,11 @@ class SessionMemory:
 
     # -- sessions, two-stage recall, memories, recap --
 
-    def _query_vector(self, query: str) -> str | None:
-        return vector_literal(self.embedder().embed([query])[0]) if self._meta("embedding_model") else None
-
     def search_sessions(self, query: str, *, limit: int = 3, **filters: Any) -> list[SessionResult]:
         """Sessions whose latest summary best matches `query` (hybrid BM25 + vector over summaries)."""
-        started = time.perf_counter()
+        require_query(query)
+        require_positive("limit", limit)
+        started = self._start()
         results = self._rank_sessions(query, limit, self._filters(**filters))
         self._log("search_sessions", started, len(results))
         return results
@@ -524,7 +564,10 @@ class SessionMemory:
         """Two-stage retrieval: the best sessions by summary first, then chunk search in which chunks of those
         sessions get a boost (`search.session_boost`) and chunks found only inside them join the candidates.
         Each result's `stage` says whether it came from a top session or from the plain chunk search."""
-        started = time.perf_counter()
+        require_query(query)
+        require_positive("limit", limit)
+        require_positive("sessions", sessions)
+        started = self._start()
         chunk_filters = self._filters(**filters)
         session_level = {k: v for k, v in filters.items() if k in SESSION_FILTERS}
         top_sessions = self._rank_sessions(query, sessions, self._filters(**session_level))
@@ -547,7 +590,9 @@ class SessionMemory:
     def search_memories(self, query: str, *, limit: int = 5) -> list[MemoryResult]:
         """Curated memories (what agents chose to remember), hybrid BM25 + vector, importance as a tie-breaker.
         Memories `remember` put in the inbox since the last index are searched too (keywords and vectors)."""
-        started = time.perf_counter()
+        require_query(query)
+        require_positive("limit", limit)
+        started = self._start()
         conn = self.connection()
         try:
             bm25 = [r[0] for r in conn.execute(
@@ -565,16 +610,14 @@ class SessionMemory:
         stored = {m.memory_id for m in rows}
         pending = [m for m in self._inbox_memories() if m.memory_id not in stored]
         similarity: dict[str, float] = {}
-        if self._meta("embedding_model"):
-            query_vector = self.embedder().embed([query])[0]
+        vector = self._query_vector(query)
+        if vector is not None:
             similarity = dict(conn.execute(
                 """SELECT memory_id, list_cosine_similarity(embedding, ?::FLOAT[]) FROM memories
                    WHERE embedding IS NOT NULL ORDER BY 2 DESC, memory_id LIMIT ?""",
-                [vector_literal(query_vector), CANDIDATES],
+                [vector, CANDIDATES],
             ).fetchall())
-            if pending:
-                vectors = self.embedder().embed([m.content for m in pending])
-                similarity |= cosine_similarities(query_vector, [m.memory_id for m in pending], vectors)
+            similarity |= self._inbox_similarities(query, pending)
         semantic = sorted(similarity, key=lambda memory_id: (-similarity[memory_id], memory_id))
         fused = reciprocal_rank_fusion(
             [(bm25, 1.0), (keyword_ranking(query, pending), 1.0), (semantic, 1.0)], k=self.settings["search.rrf_k"]
@@ -585,6 +628,20 @@ class SessionMemory:
         )[:limit]
         self._log("search_memories", started, len(results))
         return results
+
+    def _inbox_similarities(self, query: str, pending: Sequence[MemoryResult]) -> dict[str, float]:
+        """Cosine similarity of each inbox memory (embedded now: they are few) to the query; none when the
+        provider fails (`notice` says so)."""
+        from sessionmem_pipeline.providers.embedders import EmbeddingError
+
+        if not pending:
+            return {}
+        try:
+            query_vector, *vectors = self.embedder().embed([query, *(m.content for m in pending)])
+        except EmbeddingError as exc:
+            self.notice = f"keyword-only results: the embedding provider failed ({exc})"
+            return {}
+        return cosine_similarities(query_vector, [m.memory_id for m in pending], vectors)
 
     def _inbox_memories(self) -> list[MemoryResult]:
         """The memories in the inbox beside the warehouse (already sanitized when parsed)."""
@@ -604,6 +661,7 @@ class SessionMemory:
         done, the plan and unfinished work, each line citing its message ids."""
         from sessionmem_pipeline.core.recap import recap_session
 
+        require_positive("budget", budget)
         llm = None
         if self.settings.llm_enabled:  # importing the openai package costs half a second: only when needed
             from sessionmem_pipeline.providers import chat_model_from_settings

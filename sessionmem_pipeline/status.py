@@ -239,7 +239,7 @@ def try_recover(warehouse: Path) -> tuple[bool, str]:
         with writer_lock(warehouse, timeout=5, holder="sessionmem health"), Warehouse(warehouse) as wh:
             with wh.transaction():
                 wh.set_meta("last_health_write", datetime.now(UTC).isoformat())
-    except (duckdb.Error, WarehouseError) as exc:
+    except (duckdb.Error, WarehouseError, OSError) as exc:  # OSError: the disk is still full for the lock file
         return False, f"still failing: {exc}"
     clear_storage_error(warehouse)
     return True, "writable again"

@@ -13,6 +13,7 @@ end of every run that changed data.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -218,36 +219,79 @@ def storage_error_path(warehouse: Path) -> Path:
 
 
 def record_storage_error(warehouse: Path, error: BaseException, where: str) -> None:
+    """Write the pause marker. The disk may be as full for it as for the warehouse, so it never raises: a marker
+    that could not be written in full still pauses (`read_storage_error`), and a shorter one is tried first."""
     marker = {"time": datetime.now(UTC).isoformat(), "where": where, "error": f"{type(error).__name__}: {error}"}
-    warehouse.parent.mkdir(parents=True, exist_ok=True)
-    storage_error_path(warehouse).write_text(json.dumps(marker), encoding="utf-8")
+    for text in (json.dumps(marker), json.dumps({"where": where, "error": type(error).__name__})):
+        try:
+            warehouse.parent.mkdir(parents=True, exist_ok=True)
+            storage_error_path(warehouse).write_text(text, encoding="utf-8")
+            return
+        except OSError:
+            continue
 
 
 def read_storage_error(warehouse: Path) -> dict[str, Any] | None:
+    """The recorded storage error, or None; a marker cut short by a full disk still counts as one."""
+    path = storage_error_path(warehouse)
     try:
-        return json.loads(storage_error_path(warehouse).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        moment = datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat()
+    except FileNotFoundError:
         return None
+    unknown = {"time": moment, "where": "unknown", "error": "the disk was too full to record the error in full"}
+    try:
+        marker = json.loads(text)
+    except ValueError:
+        return unknown
+    return {**unknown, **marker} if isinstance(marker, dict) else unknown
 
 
 def clear_storage_error(warehouse: Path) -> None:
     storage_error_path(warehouse).unlink(missing_ok=True)
 
 
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+DISK_FULL_WORDS = ("no space left", "file too large", "disk quota", "disk full")
+
+
+def _disk_advice(warehouse: Path, error: BaseException) -> str:
+    """What to do when a write failed for want of space ("" for other failures): how much room, where, next steps."""
+    if getattr(error, "errno", None) not in DISK_FULL_ERRNOS and not any(
+        word in str(error).lower() for word in DISK_FULL_WORDS
+    ):
+        return ""
+    folder = warehouse.parent if warehouse.parent.exists() else Path.cwd()
+    free = shutil.disk_usage(folder).free
+    size = sum(p.stat().st_size for p in warehouse.parent.glob(f"{warehouse.name}*") if p.is_file())
+    return (
+        f". The disk (or the process's file size limit) is full: a write needs room for the warehouse's write-ahead "
+        f"log and its published copy, up to {_megabytes(2 * size)} MB for this {_megabytes(size)} MB warehouse, and "
+        f"{_megabytes(free)} MB are free in {folder}. Free space there (or move `warehouse` in the configuration), "
+        "then run `sessionmem health`"
+    )
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1_000_000:.1f}"
+
+
 @contextlib.contextmanager
 def storage_guard(warehouse: Path, where: str) -> Iterator[None]:
-    """Turn a failed write into a recorded STORAGE_ERROR that pauses indexing (transactions roll back)."""
+    """Turn a failed write (DuckDB's, or a full disk's) into a recorded STORAGE_ERROR that pauses indexing
+    (transactions roll back); its message names the file and, when space ran out, what to do."""
     from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
 
     try:
         yield
-    except (duckdb.Error, WarehouseError) as exc:
-        if isinstance(exc, WarehouseBusyError):
+    except (duckdb.Error, WarehouseError, OSError) as exc:
+        if isinstance(exc, WarehouseBusyError) or (isinstance(exc, OSError) and exc.errno not in DISK_FULL_ERRNOS):
             raise
         record_storage_error(warehouse, exc, where)
         raise SessionMemoryError(
             ErrorType.STORAGE_ERROR,
-            f"{warehouse}: {exc}; indexing is paused until `sessionmem health` finds the warehouse writable",
+            f"{warehouse}: {exc}; indexing is paused until `sessionmem health` finds the warehouse writable"
+            + _disk_advice(warehouse, exc),
             {"where": where},
         ) from exc
 

@@ -104,6 +104,8 @@ class OpenAICompatibleServer:
     native_dimensions: int = 1536
     default_chat_content: str = '{"ok": true}'
     reverse_embedding_order: bool = False
+    failing: dict[str, Reply] = field(default_factory=dict)
+    """Endpoint -> the reply it gives to every request while set (a server that is down), after the queue."""
     requests: list[RecordedRequest] = field(default_factory=list)
     _queues: dict[str, deque[Reply]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -149,7 +151,7 @@ class OpenAICompatibleServer:
         with self._lock:
             self.requests.append(request)
             queue = self._queues.get(request.path)
-            return queue.popleft() if queue else None
+            return queue.popleft() if queue else self.failing.get(request.path)
 
     def _normal_reply(self, path: str, body: Any) -> Reply:
         if path == EMBEDDINGS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -469,3 +470,73 @@ def test_truncate_to_tokens_keeps_a_whole_character_prefix(text: str) -> None:
     cut = truncate_to_tokens(text, 17)
     assert text.startswith(cut) and count_tokens(cut) <= 17
     assert truncate_to_tokens(text, 10_000) == text and truncate_to_tokens(text, 0) == ""
+
+
+# ---- huge messages ------------------------------------------------------------------------------------
+
+
+def huge_text(size: int) -> str:
+    """Numbered sentences in paragraphs, with a line of code now and then, about `size` characters."""
+    parts, length, number = [], 0, 0
+    while length < size:
+        number += 1
+        part = f"Step w{number} retried the upload after the proxy reset the connection. "
+        if number % 7 == 0:
+            part += f"\n    retry(upload, attempts={number}, backoff=0.5)\n"
+        if number % 11 == 0:
+            part += "\n\n"
+        parts.append(part)
+        length += len(part)
+    return "".join(parts)
+
+
+def marker_positions(chunks: list) -> list[int]:
+    """The numbers of the `w<n>` markers in chunk order, each the first time it appears."""
+    seen: dict[int, None] = {}
+    for chunk in chunks:
+        for word in chunk.content.split():
+            if word.startswith("w") and word[1:].isdigit():
+                seen.setdefault(int(word[1:]), None)
+    return list(seen)
+
+
+def test_a_huge_message_is_cut_by_token_offsets_into_fitting_overlapping_parts() -> None:
+    text = huge_text(600_000)
+    window = EmbedderWindow(count_tokens, 150)
+    messages = session(("user", "Why does the upload keep failing?"), ("assistant", text), ("user", "Thanks."))
+
+    result = chunk_session(messages, max_tokens=132, window=window, max_chunks=100_000)
+
+    middle = [c for c in result.chunks if c.message_ids == ("msg-0001",)]
+    assert middle and all(c.continued and c.token_count <= 132 for c in middle)
+    assert all(c.content.startswith("Max: ") for c in middle)
+    numbers = marker_positions(middle)
+    assert numbers == list(range(1, numbers[-1] + 1)) and f"w{numbers[-1]} " in text[-200:]  # nothing lost
+    repeated = sum(1 for a, b in zip(middle, middle[1:]) if a.content.split()[-1] in b.content)
+    assert repeated > len(middle) * 0.9  # each part repeats the end of the one before
+    assert result.chunks[0].message_ids == ("msg-0000",) and result.chunks[-1].message_ids[-1] == "msg-0002"
+
+
+def test_a_huge_message_of_multibyte_text_is_cut_between_characters() -> None:
+    text = "検索の結果は正しい。😀 " * 22_000
+
+    result = chunk_session(session(("user", text)), max_tokens=64)
+
+    assert len(result.chunks) > 100 and all(c.token_count <= 64 for c in result.chunks)
+    assert all(c.content.removeprefix("Jason: ") in text for c in result.chunks)
+
+
+@pytest.mark.slow
+def test_a_30_mb_message_chunks_with_memory_bounded_by_a_small_multiple_of_its_size() -> None:
+    text = huge_text(30_000_000)
+    messages = session(("user", "Here is the whole log."), ("assistant", text))
+    tracemalloc.start()
+    try:
+        result = chunk_session(messages, max_tokens=132, max_chunks=2000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    assert len(result.chunks) == 2000 and result.chunks[-1].chunk_index > 50_000
+    assert peak < 4 * len(text)  # the parts themselves take about 1.2 times the text
+    assert result.chunks[-1].content.endswith(text.strip()[-60:])  # the most recent part is kept

@@ -11,6 +11,8 @@ One chunk is one exchange: a user message and the replies that follow it, each m
   than the limit on its own is split at paragraph, then line, sentence and word boundaries (characters only
   for a single "word" such as a base64 blob); each later part repeats the end of the part before (about
   15% of the limit, whole sentences where they fit), and every chunk holding such a part is `continued`.
+  A message over `_HUGE_MESSAGE_CHARS` (a pasted log of megabytes) is cut by cl100k token offsets, counted
+  once per block of text, and each part ends at the strongest boundary near its end (no fitting by trial).
 - **Leading assistant text** (a session that starts with the assistant, or replies after a compaction
   summary with no new user message) forms an exchange of its own. Consecutive user messages belong to one
   exchange: the replies that follow answer them together.
@@ -28,7 +30,7 @@ One chunk is one exchange: a user message and the replies that follow it, each m
   chunk at most and adds new ones, and incremental indexing re-embeds only those.
 - **Cap.** Past `max_chunks`, the most recent chunks are kept (a recent turn of a long agent session is
   what a search most often wants, and older stretches are usually covered by compaction summaries), with
-  a warning. Kept chunks keep their `chunk_index` in the full sequence, so a capped session that grows
+  a warning; the others are never built. Kept chunks keep their `chunk_index` in the full sequence, so a capped session that grows
   drops chunks at its start but never renumbers or re-embeds the ones it keeps.
 """
 
@@ -50,7 +52,7 @@ from sessionmem_pipeline.core.models import (
     Chunk,
     CollapsedMessage,
 )
-from sessionmem_pipeline.core.tokens import count_tokens
+from sessionmem_pipeline.core.tokens import count_tokens, token_ends
 
 DEFAULT_MAX_TOKENS = 500
 DEFAULT_MAX_CHUNKS = 2000
@@ -68,6 +70,11 @@ those exchanges; the `EmbedderWindow` check holds the code-heavy rest to the win
 """
 
 _TEXT_OVERLAP_FRACTION = 0.15
+_HUGE_MESSAGE_CHARS = 200_000
+"""A message longer than this is cut by cl100k token offsets, counted once, instead of by trying boundaries
+(which counts chunk-sized text a dozen times per chunk and every sentence alone: minutes for a few MB)."""
+_HUGE_BLOCK_CHARS = 1 << 20  # a huge message is tokenized this much at a time, so memory stays bounded
+_MAX_TOKEN_BYTES = 128  # the longest cl100k token
 _MAX_OVERLAP_MESSAGE_FRACTION = 0.5
 
 DROPPED_INJECTED = "injected context"
@@ -157,10 +164,9 @@ def chunk_session(
     parts: list[list[_Unit]] = []
     for exchange in _exchanges(messages, dropped):
         parts += _Packer(limits, overlap_messages).pack(exchange)
-    chunks = [_build_chunk(units, index, token_counter) for index, units in enumerate(parts)]
-    warnings: list[str] = []
-    if len(chunks) > max_chunks:
-        chunks, warnings = _apply_cap(chunks, max_chunks, dropped)
+    cut = max(0, len(parts) - max_chunks)  # chunks past the cap are never built: a huge message makes thousands
+    chunks = [_build_chunk(units, index, token_counter) for index, units in enumerate(parts) if index >= cut]
+    warnings = _apply_cap(parts[:cut], chunks, dropped) if cut else []
     ordered_dropped = {m.message_id: dropped[m.message_id] for m in messages if m.message_id in dropped}
     return ChunkingResult(chunks=chunks, warnings=warnings, dropped=ordered_dropped)
 
@@ -258,6 +264,10 @@ class _Packer:
         return self.chunks
 
     def _add(self, message: CollapsedMessage) -> None:
+        if len(message.text) > _HUGE_MESSAGE_CHARS:  # (not stripped first: that would copy all of it)
+            self._close()
+            self.chunks += [[_Unit(message, piece, partial=True)] for piece in _token_pieces(message, self.limits)]
+            return
         whole = _Unit(message, message.text.strip(), partial=False)
         if self.fits([*self.current, whole]):
             self.current.append(whole)
@@ -447,6 +457,79 @@ def _overlap_start(text: str, piece_start: int, piece_end: int, budget: int, cou
     return piece_end
 
 
+# ---- splitting a huge message by token offsets ----------------------------------------------------
+
+
+def _token_pieces(message: CollapsedMessage, limits: _Limits) -> Iterator[str]:
+    """Parts of a huge message: about `max_tokens` each by cl100k offsets, ending at the strongest boundary
+    in their last stretch, each later part repeating the end of the one before (as `_pack_atoms` does)."""
+    text, label = message.text, f"{message.speaker}: "
+    budget = limits.max_tokens - count_tokens(label) - 1
+    overlap = int(limits.max_tokens * _TEXT_OVERLAP_FRACTION)
+    block_chars = max(_HUGE_BLOCK_CHARS, 2 * budget * _MAX_TOKEN_BYTES)  # so a block holds more than one part
+    start = 0
+    while start < len(text):
+        block = _TokenBlock(text[start : start + block_chars])
+        final = start + block_chars >= len(text)
+        first, count = 0, len(block.ends)
+        while first < count:
+            stop = min(first + budget, count)
+            if stop == count and not final:
+                break  # the rest is read again with the next block
+            if stop < count:
+                stop = block.best_cut(first, stop)
+            piece = block.piece(first, stop)
+            while not limits.fit(label + piece):  # the embedder's window is smaller, or the seam counts more
+                if stop - first <= 1:
+                    raise ValueError(f"max_tokens is too small to hold one token after the speaker label {label!r}")
+                stop = first + (stop - first) * 3 // 4
+                piece = block.piece(first, stop)
+            if piece:
+                yield piece
+            first = count if stop == count else block.overlap_start(first, stop, overlap)
+        start += len(block.data[: block.offset(first)].decode("utf-8"))
+
+
+class _TokenBlock:
+    """Up to `_HUGE_BLOCK_CHARS` of a huge message as UTF-8 with the end of each cl100k token (one encoding)."""
+
+    def __init__(self, text: str) -> None:
+        self.data = text.encode("utf-8")
+        self.ends = token_ends(self.data)
+
+    def offset(self, index: int) -> int:
+        """Where token `index` starts, moved forward to a character start (a token may end inside one)."""
+        position = self.ends[index - 1] if index else 0
+        while position < len(self.data) and 0x80 <= self.data[position] < 0xC0:
+            position += 1
+        return position
+
+    def piece(self, first: int, stop: int) -> str:
+        return self.data[self.offset(first) : self.offset(stop)].decode("utf-8").strip()
+
+    def best_cut(self, first: int, stop: int) -> int:
+        """The token to end before: the strongest boundary in the last 30 % of tokens first..stop, the latest."""
+        candidates = range(max(first + 1, stop - (stop - first) * 3 // 10), stop + 1)
+        return max(candidates, key=lambda index: (_cut_strength(self.data, self.offset(index)), index))
+
+    def overlap_start(self, first: int, stop: int, overlap: int) -> int:
+        """Where the next part starts: the earliest word start among the last `overlap` tokens before `stop`."""
+        starts = range(max(first + 1, stop - overlap), stop)
+        return next((index for index in starts if _cut_strength(self.data, self.offset(index)) > 0), stop)
+
+
+def _cut_strength(data: bytes, position: int) -> int:
+    """How good a place `position` is to end a part: 4 paragraph, 3 line, 2 sentence, 1 word, 0 inside a word."""
+    before, after = data[max(0, position - 2) : position], data[position : position + 1]
+    if before == b"\n\n" or (before.endswith(b"\n") and after == b"\n"):
+        return 4
+    if before.endswith(b"\n") or after == b"\n":
+        return 3
+    if before[:1] in (b".", b"!", b"?") and before.endswith((b" ", b"\t")):
+        return 2
+    return 1 if before.endswith((b" ", b"\t")) or after in (b" ", b"\t") else 0
+
+
 # ---- chunk records --------------------------------------------------------------------------------
 
 
@@ -475,17 +558,16 @@ def _build_chunk(units: Sequence[_Unit], index: int, token_counter: Callable[[st
     )
 
 
-def _apply_cap(chunks: list[Chunk], max_chunks: int, dropped: dict[str, str]) -> tuple[list[Chunk], list[str]]:
-    """Keep the most recent `max_chunks` chunks (indexes unchanged); messages only in the others are dropped."""
-    kept, cut = chunks[-max_chunks:], chunks[:-max_chunks]
+def _apply_cap(cut: Sequence[Sequence[_Unit]], kept: Sequence[Chunk], dropped: dict[str, str]) -> list[str]:
+    """Drop the messages found only in the `cut` chunks (the oldest, past the cap); the warning to report."""
     still_covered = {message_id for chunk in kept for message_id in chunk.message_ids}
-    for chunk in cut:
-        for message_id in chunk.message_ids:
-            if message_id not in still_covered:
-                dropped[message_id] = DROPPED_OVER_CAP
-    warning = (
-        f"session {chunks[0].session_id} has {len(chunks)} chunks, more than the cap of {max_chunks} "
-        f"(chunking.max_chunks): kept the most recent {max_chunks} (chunk_index {kept[0].chunk_index} to "
+    for units in cut:
+        for unit in units:
+            if unit.message.message_id not in still_covered:
+                dropped[unit.message.message_id] = DROPPED_OVER_CAP
+    total = len(cut) + len(kept)
+    return [
+        f"session {kept[0].session_id} has {total} chunks, more than the cap of {len(kept)} "
+        f"(chunking.max_chunks): kept the most recent {len(kept)} (chunk_index {kept[0].chunk_index} to "
         f"{kept[-1].chunk_index}); the first {len(cut)} are not indexed"
-    )
-    return kept, [warning]
+    ]

@@ -14,6 +14,10 @@ from enum import StrEnum
 from typing import Any
 
 
+class InvalidInputError(ValueError):
+    """A caller's input that no search can answer (an empty query, a limit below 1): a usage error, exit 2."""
+
+
 class ErrorType(StrEnum):
     PARSE_ERROR = "PARSE_ERROR"
     VALIDATION_ERROR = "VALIDATION_ERROR"

@@ -6,7 +6,9 @@ downloads its vocabulary on first use, which fails without network and would mak
 
 from __future__ import annotations
 
+from contextlib import suppress
 from functools import lru_cache
+from itertools import accumulate
 
 import tiktoken
 
@@ -40,3 +42,25 @@ def truncate_to_tokens(text: str, limit: int) -> str:
     if len(tokens) <= limit:
         return text
     return _encoder().decode_bytes(tokens[:limit]).decode("utf-8", errors="ignore")
+
+
+@lru_cache(maxsize=1)
+def _token_byte_lengths() -> list[int]:
+    """UTF-8 length of every cl100k token, by id (0 for the ids between the ranks and the special tokens)."""
+    encoder = _encoder()
+    lengths = [0] * (encoder.max_token_value + 1)
+    for token in range(encoder.max_token_value + 1):
+        with suppress(KeyError):
+            lengths[token] = len(encoder.decode_single_token_bytes(token))
+    return lengths
+
+
+def token_ends(data: bytes) -> list[int]:
+    """Where each cl100k token of the UTF-8 text `data` ends, as byte offsets: one encoding of the text.
+
+    A token may end inside a multi-byte character (the encoding is byte-level); callers cutting the text
+    there move to the next character start.
+    """
+    lengths = _token_byte_lengths()
+    tokens = _encoder().encode(data.decode("utf-8"), disallowed_special=())
+    return list(accumulate(lengths[token] for token in tokens))

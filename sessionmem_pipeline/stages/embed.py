@@ -14,6 +14,7 @@ from itertools import islice
 
 from sessionmem_pipeline.core.chunk import WORDPIECE_TOKENS_PER_CL100K, EmbedderWindow, effective_max_tokens
 from sessionmem_pipeline.core.context import PREFIX_TOKEN_BUDGET
+from sessionmem_pipeline.core.errors import ErrorType
 from sessionmem_pipeline.providers.embedders import Embedder, LocalMiniLMEmbedder
 from sessionmem_pipeline.warehouse import Warehouse
 
@@ -73,6 +74,10 @@ def _embed_batch(wh: Warehouse, batch: list[dict], embedder: Embedder, outcome: 
         else:
             fresh[row["context_hash"]] = [float(x) for x in vector]
     vectors = {**cached, **fresh}
+    ids = [row["chunk_id"] for row in batch]
+    tried = dict(wh.conn.execute(
+        "SELECT chunk_id, attempts FROM embedding_failures WHERE chunk_id IN (SELECT unnest(?))", [ids]
+    ).fetchall())
     with wh.transaction():
         wh.insert(
             "embedding_cache",
@@ -89,7 +94,7 @@ def _embed_batch(wh: Warehouse, batch: list[dict], embedder: Embedder, outcome: 
             if row["context_hash"] in vectors
         ]
         wh.insert("chunk_embeddings", embedded_rows)
-        wh.delete_where("embedding_failures", "chunk_id", [r["chunk_id"] for r in batch])
+        wh.delete_where("embedding_failures", "chunk_id", ids)
         wh.insert(
             "embedding_failures",
             [
@@ -97,8 +102,8 @@ def _embed_batch(wh: Warehouse, batch: list[dict], embedder: Embedder, outcome: 
                     "chunk_id": row["chunk_id"],
                     "session_id": row["session_id"],
                     "model": model,
-                    "error": reason,
-                    "attempts": 1,
+                    "error": f"{ErrorType.EMBEDDING_FAILED}: {reason}",
+                    "attempts": tried.get(row["chunk_id"], 0) + 1,  # runs that tried it
                     "last_attempt_at": now,
                 }
                 for row, reason in failures

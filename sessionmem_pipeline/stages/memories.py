@@ -110,13 +110,16 @@ def ingest_memories(wh: Warehouse, roots: Sequence[Path], embedder: Embedder) ->
         for r in wh.query("SELECT memory_id, content, embedding FROM memories WHERE embedding IS NOT NULL")
     }
     new = [m for m in rows if (m["memory_id"], m["content"]) not in stored]
-    vectors = embedder.embed([m["content"] for m in new]) if new else []
-    for memory, vector in zip(new, vectors, strict=True):
-        stored[(memory["memory_id"], memory["content"])] = [float(x) for x in vector]
+    result = embedder.embed_with_failures([m["content"] for m in new]) if new else None
+    for index, memory in enumerate(new):
+        vector = result.vector(index) if result else None
+        if vector is not None:  # a memory the provider failed on is stored without one and embedded next run
+            stored[(memory["memory_id"], memory["content"])] = [float(x) for x in vector]
     for memory in rows:
-        memory["embedding"] = stored[(memory["memory_id"], memory["content"])]
+        memory["embedding"] = stored.get((memory["memory_id"], memory["content"]))
     with wh.transaction():
         wh.conn.execute("DELETE FROM memories")
         wh.insert("memories", rows)
-    outcome.memories, outcome.embedded = len(rows), len(new)
+    outcome.memories = len(rows)
+    outcome.embedded = sum(1 for m in new if m["embedding"] is not None)
     return outcome

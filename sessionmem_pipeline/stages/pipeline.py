@@ -36,7 +36,7 @@ from sessionmem_pipeline.stages.registry import (
     fault_point,
 )
 from sessionmem_pipeline.stages.search_index import refresh_search_index
-from sessionmem_pipeline.stages.summaries import due, pending, summarize_sessions
+from sessionmem_pipeline.stages.summaries import due, embed_missing_summaries, pending, summarize_sessions
 from sessionmem_pipeline.stages.threads import refresh_threads
 from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_options, collapse_sessions
 
@@ -221,9 +221,11 @@ def embed(ctx: StageContext, report: StageReport) -> None:
 
 def summarize(ctx: StageContext, report: StageReport) -> None:
     """Stale sessions that are due (idle, or enough new messages), or all stale ones when a person asked
-    (`SUMMARIZE_NOW`) or the summarizer itself changed (its key)."""
+    (`SUMMARIZE_NOW`) or the summarizer itself changed (its key). Summaries stored without a vector (the
+    provider failed) are embedded first: they are recorded as built, so no stale state would bring them back."""
     if not ctx.settings["summaries.enabled"]:
         return
+    embed_missing_summaries(ctx.wh, ctx.providers.embedder)
     work = ctx.stale(SUMMARIZE)
     if not work:
         return
@@ -269,7 +271,8 @@ def memories(ctx: StageContext, roots: Sequence[Path], report: StageReport) -> N
     files = find_memory_files(roots, ctx.wh.path)
     stats = "|".join(f"{p}:{s.size}:{s.mtime_ns}" for p in files if (s := file_stat(p)) is not None)
     input_fp = hashlib.md5(stats.encode()).hexdigest()
-    if not ctx.global_is_stale(MEMORIES, input_fp):
+    unembedded = ctx.wh.scalar("SELECT count(*) FROM memories WHERE embedding IS NULL")  # the provider failed
+    if not ctx.global_is_stale(MEMORIES, input_fp) and not unembedded:
         return
     outcome = ingest_memories(ctx.wh, roots, ctx.providers.embedder)
     with ctx.wh.transaction():

@@ -67,13 +67,14 @@ class Stage:
 
 INGEST = Stage(
     "ingest",
-    4,  # 2: parser changes (recap); 3: privacy exclusions and <private> spans; 4: agent formats, per-session ingest
+    5,  # 2: parser changes (recap); 3: privacy exclusions and <private> spans; 4: agent formats, per-session ingest;
+    # 5: too-deep lines skipped, implausible timestamps clamped
     ("validation.max_bad_line_share", "privacy.exclude_paths", "privacy.exclude_projects"),
     uses_redaction=True,
 )
 COLLAPSE = Stage("collapse", 1, upstream="ingest")
 CHUNK = Stage(
-    "chunk", 2, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
+    "chunk", 3, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
     uses_llm=True,
 )
 EMBED = Stage("embed", 1, upstream="chunk", uses_embedder=True)

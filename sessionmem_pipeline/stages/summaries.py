@@ -1,7 +1,8 @@
 """Summaries: versioned, incremental session summaries (`session_summaries`) with their embeddings.
 
 A new version is written only when the input changed (new messages, or `full` with a different result); the
-`sessions` row points at the latest. Which sessions are due (idle, or enough new messages) is decided from the
+`sessions` row points at the latest. A summary the embedding provider could not embed is written without its
+vector and embedded by a later run. Which sessions are due (idle, or enough new messages) is decided from the
 warehouse by `due_sessions`, and by `summary_due_sensor` from the published snapshot with the same SQL.
 """
 
@@ -135,7 +136,7 @@ def _write_versions(
     if not versions:
         return
     texts = [summary.text_for_embedding() for _, _, summary in versions]
-    vectors = embedder.embed(texts) if embedder else [None] * len(texts)
+    vectors = _vectors_or_none(embedder, texts)
     with wh.transaction():
         for (session_id, version, summary), text, vector in zip(versions, texts, vectors, strict=True):
             _insert_version(wh, session_id, version, summary, text, vector, now)
@@ -176,7 +177,8 @@ def _insert_version(
 
 
 def embed_missing_summaries(wh: Warehouse, embedder: Embedder) -> int:
-    """Vectors for latest summaries that have none (after `reembed` cleared them for a new model)."""
+    """Vectors for latest summaries that have none (the provider failed on them, or `reembed` cleared them for a
+    new model); the summarize stage calls it every run, so they are embedded once the provider answers."""
     rows = wh.query(
         """
         SELECT v.summary_id, v.search_text FROM session_summaries v JOIN sessions s
@@ -186,11 +188,22 @@ def embed_missing_summaries(wh: Warehouse, embedder: Embedder) -> int:
     )
     if not rows:
         return 0
-    vectors = embedder.embed([r["search_text"] for r in rows])
+    vectors = _vectors_or_none(embedder, [r["search_text"] for r in rows])
+    embedded = [(row, vector) for row, vector in zip(rows, vectors, strict=True) if vector is not None]
     with wh.transaction():
-        for row, vector in zip(rows, vectors, strict=True):
+        for row, vector in embedded:
             wh.conn.execute(
                 "UPDATE session_summaries SET embedding = ? WHERE summary_id = ?",
                 [[float(x) for x in vector], row["summary_id"]],
             )
-    return len(rows)
+        if embedded:
+            wh.bump_generation()
+    return len(embedded)
+
+
+def _vectors_or_none(embedder: Embedder | None, texts: Sequence[str]) -> list:
+    """A vector per text, None where the provider failed (or there is no embedder): summaries never wait on it."""
+    if embedder is None or not texts:
+        return [None] * len(texts)
+    outcome = embedder.embed_with_failures(texts)
+    return [outcome.vector(index) for index in range(len(texts))]

@@ -27,11 +27,12 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sessionmem_pipeline.core.formats import aider, chat_export, claude_code, cline, codex, gemini, generic, openai_chat
 from sessionmem_pipeline.core.formats.registry import ON_DISK, REGISTRY, FormatError, Related, SourceFormat
-from sessionmem_pipeline.core.formats.source import FileContext, JsonLine, split_jsonl
+from sessionmem_pipeline.core.formats.source import FileContext, JsonLine, clamp_implausible_times, split_jsonl
 from sessionmem_pipeline.core.models import ParseResult, ParseWarning
 
 CONTENT_FORMATS = ("generic", "claude_code", "codex", "openai_chat")  # told apart by content
@@ -129,27 +130,38 @@ def detect_format(data: bytes, path: str) -> str:
     return _detect(_readable(_read(head, path, final=True), path), path)
 
 
-def parse_file(path: str, source_root: str, data: bytes, *, final: bool = False) -> ParseResult:
+def parse_file(
+    path: str, source_root: str, data: bytes, *, final: bool = False, now: datetime | None = None
+) -> ParseResult:
     """Detect the format and parse. With `final=False` the file may still be written: an unfinished last line
     (no trailing newline, not complete JSON) is left and `consumed_bytes` stops before it.
 
-    Malformed lines become warnings, never exceptions. Raises UnknownFormatError when the content matches no format
-    (a file with no complete line yet is not that: it yields an empty result with format "unknown").
+    Malformed lines become warnings, never exceptions; so do implausible timestamps (before 2000 or more than a
+    day after `now`, the wall clock by default), which are clamped (`source.clamp_implausible_times`).
+    Raises UnknownFormatError when the content matches no format (a file with no complete line yet is not
+    that: it yields an empty result with format "unknown").
     A file of a path-identified format is read by its parser; FormatError when it cannot be read at all.
     """
+    ctx = FileContext(path, source_root, now)
     source_format = REGISTRY.format_for_path(path)
     if source_format is not None:
         if source_format.parser is None:
             return ParseResult(path, source_format.name)
-        return source_format.parser(FileContext(path, source_root), data, ON_DISK)
-    return _parse(FileContext(path, source_root), _read(data, path, final))
+        return _parse_registered(source_format, ctx, data, ON_DISK)
+    return _parse(ctx, _read(data, path, final))
 
 
 def validate_file(
-    path: str, source_root: str, data: bytes, *, max_bad_share: float = 0.5, final: bool = False
+    path: str,
+    source_root: str,
+    data: bytes,
+    *,
+    max_bad_share: float = 0.5,
+    final: bool = False,
+    now: datetime | None = None,
 ) -> ValidationReport:
     """Spec 001's checks (readable text, UTF-8, valid JSON lines, required fields, timestamps) as a report."""
-    return inspect_file(path, source_root, data, max_bad_share=max_bad_share, final=final)[0]
+    return inspect_file(path, source_root, data, max_bad_share=max_bad_share, final=final, now=now)[0]
 
 
 def inspect_file(
@@ -159,6 +171,7 @@ def inspect_file(
     *,
     max_bad_share: float = 0.5,
     final: bool = False,
+    now: datetime | None = None,
     related: Related = ON_DISK,
 ) -> tuple[ValidationReport, ParseResult | None]:
     """The validation report and, when the file is valid, its parse (None when it must be quarantined).
@@ -167,7 +180,7 @@ def inspect_file(
     """
     source_format = REGISTRY.format_for_path(path)
     if source_format is not None:
-        return _inspect_registered(source_format, path, source_root, data, related)
+        return _inspect_registered(source_format, FileContext(path, source_root, now), data, related)
     if NOT_WHITESPACE.search(data) is None:
         return _invalid("empty", f"{path}: empty file; nothing to index"), None
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -183,7 +196,7 @@ def inspect_file(
         format_name = _detect(content, path) if _has_objects(content) else None
     except UnknownFormatError as exc:
         return _invalid("unknown format", str(exc), lines=len(content.lines)), None
-    ctx = FileContext(path, source_root)
+    ctx = FileContext(path, source_root, now)
     lines, bad, encoding_bad = _count_bad(content, format_name)
     if lines == 0 and content.is_document:
         return _invalid("empty", f"{path}: the messages array is empty; nothing to index", fmt=format_name), None
@@ -208,9 +221,10 @@ def inspect_file(
 
 
 def _inspect_registered(
-    source_format: SourceFormat, path: str, source_root: str, data: bytes, related: Related
+    source_format: SourceFormat, ctx: FileContext, data: bytes, related: Related
 ) -> tuple[ValidationReport, ParseResult | None]:
     """A file of a path-identified format: skipped when not supported, else its parser's sessions."""
+    path = ctx.path
     if source_format.parser is None:
         skipped = f"skipped: {source_format.label} not supported"
         return _report(None, (), (f"{path}: {skipped}",), source_format.name, 0, 0), ParseResult(path, source_format.name)
@@ -220,7 +234,7 @@ def _inspect_registered(
     if binary:
         return _invalid("binary", f"{path}: binary file ({binary}); not a transcript", fmt=source_format.name), None
     try:
-        result = source_format.parser(FileContext(path, source_root), data, related)
+        result = _parse_registered(source_format, ctx, data, related)
     except FormatError as exc:
         return _invalid(exc.reason, f"{path}: {exc}", fmt=source_format.name), None
     result.consumed_bytes = len(data)
@@ -230,6 +244,13 @@ def _inspect_registered(
     if not result.sessions:
         warnings.append(f"{path}: no messages yet (only {_describe_skipped(result)})")
     return _report(None, (), warnings, result.format, messages, 0), result
+
+
+def _parse_registered(source_format: SourceFormat, ctx: FileContext, data: bytes, related: Related) -> ParseResult:
+    """Its parser's sessions, with implausible timestamps clamped as in every other format."""
+    result = source_format.parser(ctx, data, related)
+    clamp_implausible_times(ctx, result)
+    return result
 
 
 # ---- reading ------------------------------------------------------------------------------------------------
@@ -242,10 +263,7 @@ def _read(data: bytes, path: str, final: bool) -> _Content:
         document, error = _decode_document(body)
         if error is None or path.endswith(".json"):
             return _Content(True, document, error, [], [], len(data))
-    try:
-        lines, consumed, warnings = split_jsonl(body, path, final)
-    except RecursionError:  # json.loads gives up on a line nested about 1,000 levels deep
-        return _Content(False, None, "invalid JSON: a line is nested too deeply to read", [], [], 0)
+    lines, consumed, warnings = split_jsonl(body, path, final)
     return _Content(False, None, None, lines, warnings, consumed + offset if consumed else 0)
 
 
@@ -370,7 +388,8 @@ def _parse(ctx: FileContext, content: _Content) -> ParseResult:
     else:
         result = _LINE_PARSERS[format_name](ctx, content.lines)
         result.lines_read = len(content.lines)
-    result.warnings = sorted([*content.warnings, *result.warnings], key=lambda warning: warning.line)
+    result.warnings = [*content.warnings, *result.warnings]
+    clamp_implausible_times(ctx, result)
     result.consumed_bytes = content.consumed
     return result
 

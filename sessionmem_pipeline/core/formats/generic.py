@@ -98,16 +98,13 @@ def parse(ctx: FileContext, lines: Sequence[JsonLine]) -> ParseResult:
                 session = own_sessions[own_id] = SessionDraft(own_id, "")
                 drafts.append(session)
         else:
-            gap = (
-                message.timestamp is not None
-                and last_file_time is not None
-                and message.timestamp - last_file_time > SESSION_GAP
-            )
+            moment = message.timestamp if ctx.is_plausible(message.timestamp) else None  # a broken clock splits nothing
+            gap = moment is not None and last_file_time is not None and moment - last_file_time > SESSION_GAP
             if not file_parts or gap:
                 file_parts.append(SessionDraft("", ""))
                 drafts.append(file_parts[-1])
             session = file_parts[-1]
-            last_file_time = message.timestamp or last_file_time
+            last_file_time = moment or last_file_time
         session.messages.append(message)
         if session.cwd is None and message.cwd:
             session.cwd = message.cwd

@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from pathlib import PurePath
 from typing import Any
 
-from sessionmem_pipeline.core.models import ParseWarning
+from sessionmem_pipeline.core.models import ParseResult, ParseWarning
+
+EARLIEST_PLAUSIBLE = datetime(2000, 1, 1, tzinfo=timezone.utc)
+FUTURE_TOLERANCE = timedelta(days=1)
+
+MAX_NESTING = 200
+"""Deepest nesting of objects and arrays a line may have. Real lines nest about ten levels; a line nested
+deeper is skipped as a bad line, since later stages (redaction, JSON columns) walk it recursively."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +38,15 @@ class FileContext:
 
     path: str  # as given (absolute or relative to the working directory)
     source_root: str  # the configured root the file was found under
+    now: datetime | None = None  # what "the future" is measured from; None means the wall clock
+
+    @property
+    def latest_plausible(self) -> datetime:
+        """Timestamps after this are implausible: more than FUTURE_TOLERANCE past now."""
+        return (self.now or datetime.now(timezone.utc)) + FUTURE_TOLERANCE
+
+    def is_plausible(self, moment: datetime | None) -> bool:
+        return moment is not None and EARLIEST_PLAUSIBLE <= moment <= self.latest_plausible
 
     @property
     def relative(self) -> PurePath:
@@ -90,7 +107,7 @@ def split_jsonl(data: bytes, path: str, final: bool = False) -> tuple[list[JsonL
 def _is_json_object(raw: bytes) -> bool:
     try:
         return isinstance(json.loads(raw), dict)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
@@ -101,11 +118,27 @@ def _decode(text: bytes, number: int) -> JsonLine:
         return JsonLine(number, None, f"not UTF-8 (byte {exc.start})")
     try:
         value = json.loads(decoded)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return JsonLine(number, None, f"invalid JSON: {exc.msg} at column {exc.colno}")
+    except RecursionError:  # json.loads gives up about 1,000 levels deep
+        return JsonLine(number, None, f"invalid JSON: nested more than {MAX_NESTING} levels deep")
     if not isinstance(value, dict):
         return JsonLine(number, None, f"expected a JSON object, found {type(value).__name__}")
+    if _nested_deeper_than(value, MAX_NESTING):
+        return JsonLine(number, None, f"invalid JSON: nested more than {MAX_NESTING} levels deep")
     return JsonLine(number, value)
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether objects and arrays nest more than `limit` levels (walked without recursion)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def parse_timestamp(value: Any) -> datetime | None:
@@ -130,3 +163,35 @@ def parse_timestamp(value: Any) -> datetime | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed.astimezone(timezone.utc)
+
+
+def clamp_implausible_times(ctx: FileContext, result: ParseResult) -> None:
+    """Give messages whose timestamp is implausible (before 2000, or more than a day after now) a clamped one.
+
+    The message is kept: its words matter more than its clock. Its original time goes to
+    metadata["original_timestamp"] and a warning names its line. The clamped time is the nearest plausible
+    time before it in the session, else after it, else none, so a broken clock (year 9999, epoch 0) never makes
+    a session the latest one, nor reorders the messages around it.
+    """
+    for session in result.sessions:
+        plausible = [m.timestamp if ctx.is_plausible(m.timestamp) else None for m in session.messages]
+        before, after = _carried(plausible), _carried(plausible[::-1])[::-1]
+        for index, message in enumerate(session.messages):
+            if message.timestamp is None or plausible[index] is not None:
+                continue
+            clamped = before[index] or after[index]
+            original = message.timestamp.isoformat()
+            why = "before 2000" if message.timestamp < EARLIEST_PLAUSIBLE else "more than a day in the future"
+            where = f"ordered at {clamped.isoformat()}" if clamped else "kept without a time"
+            result.warnings.append(
+                ParseWarning(ctx.path, message.source_line, f"implausible timestamp {original} ({why}); {where}")
+            )
+            metadata = {**message.metadata, "original_timestamp": original}
+            session.messages[index] = replace(message, timestamp=clamped, metadata=metadata)
+    result.warnings.sort(key=lambda warning: warning.line)
+
+
+def _carried(times: list[datetime | None]) -> list[datetime | None]:
+    """For each position, the last time at or before it (one pass, whatever the number of gaps)."""
+    last = None
+    return [last := moment or last for moment in times]
