@@ -229,7 +229,7 @@ def test_search_prints_readable_results_and_redacts_secrets(
     config = str(indexed_corpus.config)
     code, out, _ = _run(capsys, "search", "AWS access key deploy bot", "--config", config, "--limit", "2")
     assert code == 0
-    assert out.startswith("1. [") and "webshop/checkout (webshop) 2026-03-10 03:00  messages: c1, c2" in out
+    assert out.startswith("1. [") and "webshop/checkout (webshop) 2026-03-09 23:00  messages: c1, c2" in out  # New York time
     assert "   | Maya: " in out and "[REDACTED" in out and AWS_KEY not in out
     code, out, _ = _run(capsys, "search", "coffee", "--config", config, "--project", "nowhere")
     assert (code, out) == (0, "no results\n")
