@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv and install sessionmem with its test extras, and the Dagster instance folder
-# .dagster_home (DAGSTER_HOME for `dg dev`). Idempotent: reinstalls only when pyproject.toml changed since the
-# last install.
+# Create (or reuse) .venv and install sessionmem with its test extras. Idempotent: reinstalls only when
+# pyproject.toml changed since the last install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,5 +26,3 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
   echo "$wanted" > "$stamp"
 fi
-mkdir -p .dagster_home
-cp scripts/dagster.yaml .dagster_home/dagster.yaml  # the instance settings live in the folder DAGSTER_HOME names
