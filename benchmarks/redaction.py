@@ -1,15 +1,16 @@
 """Secret redaction quality: catch rate per kind of secret, false positives per kind of clean look-alike.
 
-    python benchmarks/redaction.py                # per-kind tables on the report half, a line for the tuning half,
-                                                  # the tuning half's misses and false positives
+    python benchmarks/redaction.py                # per-kind tables on the report half, a line for the tuning side,
+                                                  # the tuning side's misses and false positives
     python benchmarks/redaction.py --show-misses  # also the report half's misses and false positives
     python benchmarks/redaction.py --json         # the figures as JSON (tests/test_redact.py reads this)
 
 The report half's failing lines stay hidden unless asked for, so that reading routine output is not tuning on them.
 
-The corpus (benchmarks/redaction_corpus/, provenance in its README) has two halves with the same layout: `report/`,
-taken from the published examples of maintained secret scanners and never tuned on, and `tuning/`, written here and
-used to tune the rules. In each:
+The corpus (benchmarks/redaction_corpus/, provenance in its README) has folders with the same layout: the report half
+`report2/`, taken from the published examples of maintained secret scanners and never tuned on, and the tuning side:
+`tuning/`, written here, and `tuning_from_report/`, the first report half, seen while tuning and so tuning data now.
+In each:
 - secrets.txt: one entry per line, or a block between `<<<` and `>>>` lines; each secret is marked ⟦kind:value⟧.
   An entry is caught when every marked span is covered by a redaction.
 - clean.txt: lines of code, logs and prose that must come out of `redact` unchanged; a `## --- category` comment
@@ -29,7 +30,8 @@ from pathlib import Path
 from sessionmem_pipeline.core.redact import REDACTION_VERSION, SecretMatch, find_secrets, redact
 
 CORPUS = Path(__file__).resolve().parent / "redaction_corpus"
-HALVES = ("report", "tuning")
+REPORT = ("report2",)
+TUNING = ("tuning", "tuning_from_report")
 MARKER = re.compile(r"⟦([a-z0-9-]+):([^⟧]+)⟧")
 CATEGORY = re.compile(r"^## --- (.+?)(?:\s*---)?\s*(?:\(.*)?$")
 
@@ -43,14 +45,14 @@ class MarkedSecret:
 
 @dataclass(frozen=True)
 class SecretEntry:
-    line: int  # 1-based line in secrets.txt where the entry starts
+    line: str  # `folder/secrets.txt:N`, where the entry starts
     text: str  # markers removed
     secrets: tuple[MarkedSecret, ...]
 
 
 @dataclass(frozen=True)
 class CleanLine:
-    line: int
+    line: str  # `folder/clean.txt:N`
     category: str
     text: str
 
@@ -91,7 +93,7 @@ def _unmark(raw: str, path: Path, line: int) -> SecretEntry:
     text_parts.append(raw[position:])
     if not secrets:
         raise ValueError(f"{path}:{line}: entry has no ⟦kind:value⟧ marker; mark its secret")
-    return SecretEntry(line, "".join(text_parts), tuple(secrets))
+    return SecretEntry(f"{path.parent.name}/{path.name}:{line}", "".join(text_parts), tuple(secrets))
 
 
 def load_secret_entries(path: Path) -> list[SecretEntry]:
@@ -124,7 +126,7 @@ def load_clean_lines(path: Path) -> list[CleanLine]:
             if m := CATEGORY.match(line):
                 category = m.group(1)
         elif line.strip():
-            lines.append(CleanLine(number, category, line))
+            lines.append(CleanLine(f"{path.parent.name}/{path.name}:{number}", category, line))
     return lines
 
 
@@ -144,7 +146,7 @@ def score(entries: list[SecretEntry], clean: list[CleanLine]) -> HalfScore:
             result.secrets += 1
             result.caught += int(caught)
         if not all(_is_covered(secret, found) for secret in entry.secrets):
-            result.misses.append(f"secrets.txt:{entry.line}: {redact(entry.text)}")
+            result.misses.append(f"{entry.line}: {redact(entry.text)}")
     by_category: dict[str, dict[str, int]] = defaultdict(lambda: {"lines": 0, "altered": 0})
     for clean_line in clean:
         redacted = redact(clean_line.text)
@@ -154,14 +156,17 @@ def score(entries: list[SecretEntry], clean: list[CleanLine]) -> HalfScore:
         result.clean_lines += 1
         result.clean_altered += int(altered)
         if altered:
-            result.false_positives.append(f"clean.txt:{clean_line.line}: {redacted}")
+            result.false_positives.append(f"{clean_line.line}: {redacted}")
     result.by_kind = dict(sorted(by_kind.items()))
     result.by_category = dict(by_category)
     return result
 
 
-def score_half(folder: Path) -> HalfScore:
-    return score(load_secret_entries(folder / "secrets.txt"), load_clean_lines(folder / "clean.txt"))
+def score_half(corpus: Path, folders: tuple[str, ...]) -> HalfScore:
+    """One score over the folders that make up a half."""
+    entries = [entry for folder in folders for entry in load_secret_entries(corpus / folder / "secrets.txt")]
+    clean = [line for folder in folders for line in load_clean_lines(corpus / folder / "clean.txt")]
+    return score(entries, clean)
 
 
 def _rows(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -178,13 +183,13 @@ def _report(report: HalfScore, tuning: HalfScore, show_report_misses: bool) -> s
         (category, str(c["lines"]), str(c["altered"]), f"{c['altered'] / c['lines']:.1%}") for category, c in report.by_category.items()
     ]
     categories.append(("TOTAL", str(report.clean_lines), str(report.clean_altered), f"{report.false_positive_rate:.1%}"))
-    lines = [f"redaction rules version {REDACTION_VERSION}", "", f"REPORT half: {len(report.by_kind)} kinds of secret", ""]
+    lines = [f"redaction rules version {REDACTION_VERSION}", "", f"REPORT half ({' + '.join(REPORT)}): {len(report.by_kind)} kinds of secret", ""]
     lines += _rows(("kind", "secrets", "caught", "catch rate"), kinds)
     lines += ["", "REPORT half: clean look-alikes", ""]
     lines += _rows(("category", "lines", "altered", "altered %"), categories)
     lines += [
         "",
-        f"TUNING half: {tuning.caught}/{tuning.secrets} secrets caught ({tuning.catch_rate:.1%}) over "
+        f"TUNING side ({' + '.join(TUNING)}): {tuning.caught}/{tuning.secrets} secrets caught ({tuning.catch_rate:.1%}) over "
         f"{len(tuning.by_kind)} kinds; {tuning.clean_altered}/{tuning.clean_lines} clean lines altered "
         f"({tuning.false_positive_rate:.1%})",
     ]
@@ -201,9 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--show-misses", action="store_true", help="also list the report half's failing lines")
-    parser.add_argument("--corpus", type=Path, default=CORPUS, help="folder holding report/ and tuning/")
+    parser.add_argument("--corpus", type=Path, default=CORPUS, help="folder holding the report and tuning folders")
     args = parser.parse_args(argv)
-    report, tuning = (score_half(args.corpus / half) for half in HALVES)
+    report, tuning = score_half(args.corpus, REPORT), score_half(args.corpus, TUNING)
     if args.json:
         payload = {
             half: asdict(result) | {"catch_rate": result.catch_rate, "false_positive_rate": result.false_positive_rate}

@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_data import LOCOMO_DEV, LOCOMO_SOURCE, require
 from sessionmem_pipeline.client import SessionMemory
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.stages.run import index_sources
@@ -171,13 +172,15 @@ def print_table(title: str, report: dict) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", required=True, type=Path, help="folder with one subfolder per project")
-    parser.add_argument("--queries", required=True, type=Path)
+    parser.add_argument("--sessions", type=Path, default=LOCOMO_DEV / "sessions",
+                        help="folder with one subfolder per project")
+    parser.add_argument("--queries", type=Path, default=LOCOMO_DEV / "queries.jsonl", help="queries.jsonl")
     parser.add_argument("--warehouse", type=Path, help="keep the index here and reuse it when it exists")
     parser.add_argument("--tune", action="store_true", help="cross-validate the query-time constants (GRID)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any configuration key")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    require([args.sessions, args.queries], LOCOMO_SOURCE)
 
     with tempfile.TemporaryDirectory() as folder:
         warehouse = args.warehouse or Path(folder) / "bench.duckdb"

@@ -151,7 +151,8 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="scale-out-"))
     home = base / "dagster_home"
     home.mkdir()
-    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    settings = (ROOT / "dagster.yaml").read_text(encoding="utf-8")  # storage in this run's home, not the clone's
+    (home / "dagster.yaml").write_text(settings.replace("base_dir: .dagster_home", f"base_dir: {home}"), encoding="utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
 
     import dagster as dg

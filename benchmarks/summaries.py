@@ -49,13 +49,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_data import LOCOMO_DEV, LOCOMO_SOURCE, require
 from sessionmem_pipeline.core.collapse import collapse_messages
 from sessionmem_pipeline.core.formats import parse_file
 from sessionmem_pipeline.core.models import CollapsedMessage
 from sessionmem_pipeline.core.summarize import EXTRACTIVE_MODEL, SessionSummary, summarize_session
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_BENCH = ROOT.parent / "shared" / "bench" / "locomo-dev"
 FIXTURES = ROOT / "tests" / "fixtures" / "transcripts"
 
 # What a reader of each fixture session should learn from its summary, labelled from the transcripts. Open items
@@ -228,7 +228,7 @@ def score(summary: str, reference: str, names: set[str]) -> dict[str, float]:
 
 TUNE, REPORT = "tune", "report"
 SAMSUM_SOURCE = (
-    "SAMSum test split (CC BY-NC-ND 4.0, not bundled): get data/samsum/test.csv of github.com/BinWang28/LA-BART "
+    "the SAMSum test split (CC BY-NC-ND 4.0, not bundled): data/samsum/test.csv of github.com/BinWang28/LA-BART "
     "or test.json of https://arxiv.org/src/1911.12237v2/anc/corpus.7z, then pass --dataset PATH"
 )
 
@@ -429,16 +429,12 @@ def print_tables(rows: list[Row], fixture_rows: list[dict[str, Any]], seeds: int
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--bench", type=Path, default=DEFAULT_BENCH, help="the LoCoMo dev folder")
+    parser.add_argument("--bench", type=Path, default=LOCOMO_DEV, help="the LoCoMo dev folder")
     parser.add_argument("--dataset", type=Path, help="SAMSum test split: test.json of the corpus, or a CSV of it")
     parser.add_argument("--seeds", type=int, default=10, help="random baselines averaged per session")
     args = parser.parse_args(argv)
-    if args.dataset is None or not args.dataset.is_file():
-        print(f"{args.dataset or 'no --dataset'}: {SAMSUM_SOURCE}", file=sys.stderr)
-        return 2
-    if not (args.bench / "session_summaries.jsonl").is_file():
-        print(f"{args.bench}: no session_summaries.jsonl; pass --bench DIR", file=sys.stderr)
-        return 1
+    require([args.dataset], SAMSUM_SOURCE)
+    require([args.bench / "session_summaries.jsonl"], LOCOMO_SOURCE)
     rows = evaluate("LoCoMo", locomo_cases(args.bench), args.seeds)
     rows += evaluate("SAMSum", samsum_cases(args.dataset), args.seeds)
     fixture_rows = fixtures(args.seeds)

@@ -10,8 +10,9 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from sessionmem_pipeline.config import (
     load_settings,
     render_config_file,
 )
+from sessionmem_pipeline.core.context import zone
 from sessionmem_pipeline.core.errors import InvalidInputError, SessionMemoryError
 from sessionmem_pipeline.warehouse import WarehouseError
 
@@ -43,8 +45,23 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
+PROGRESS_FORMAT = (
+    "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit}s, {elapsed} elapsed, about {remaining} left"
+)
+
+
+def local_time(moment: datetime | None, timezone: str) -> str:
+    """A moment as people read it: `2026-05-11 10:27` in the configured zone (`?` when unknown; naive is UTC)."""
+    if moment is None:
+        return "?"
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(zone(timezone)).strftime("%Y-%m-%d %H:%M")
+
+
 def _progress_bar(enabled: bool) -> Callable[[str, int, int], None] | None:
-    """A tqdm bar per stage on standard error, only for a person watching a terminal."""
+    """A bar per stage on standard error with the time elapsed and an estimate of the time left, only for a
+    person watching a terminal."""
     if not enabled or not sys.stderr.isatty():
         return None
     from tqdm import tqdm
@@ -54,7 +71,9 @@ def _progress_bar(enabled: bool) -> Callable[[str, int, int], None] | None:
     def tick(stage: str, done: int, total: int) -> None:
         bar = bars.get(stage)
         if bar is None:
-            bar = bars[stage] = tqdm(total=total, desc=stage, unit="file" if stage == "ingest" else "chunk")
+            bar = bars[stage] = tqdm(
+                total=total, desc=stage, unit="file" if stage == "ingest" else "chunk", bar_format=PROGRESS_FORMAT
+            )
         bar.total = max(total, done)
         bar.update(done - bar.n)
         if done >= total:
@@ -178,7 +197,8 @@ def _parse_date(value: str, settings: Settings) -> datetime:
 def cmd_status(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.status import read_status
 
-    status = read_status(_settings(args))
+    settings = _settings(args)
+    status = read_status(settings)
     if args.json:
         _print_json(status)
         return 0
@@ -193,7 +213,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     run = status["last_run"]
     if run:
         print(
-            f"last run: {run['finished_at']} ({run['trigger']}, {run['status']}): {run['sessions']} sessions, "
+            f"last run: {local_time(run['finished_at'], settings.timezone)} ({run['trigger']}, {run['status']}): "
+            f"{run['sessions']} sessions, "
             f"{run['messages']} messages, {run['chunks']} chunks in {run['seconds']:.1f}s"
         )
     else:
@@ -201,6 +222,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for row in status["formats"]:
         what = f"{row['sessions']} sessions, {row['messages']} messages" if row["supported"] else "skipped: not supported"
         print(f"format {row['format']}: {row['files']} files, {what}")
+    for reason, count in status["skipped_sessions"].items():
+        print(f"skipped: {reason}: {count}")
     for item in status["quarantine"]:
         print(f"quarantined: {item['path']}: {item['reason']}")
     for problem in status["source_problems"]:
@@ -257,27 +280,33 @@ def highlight(text: str, query: str, enabled: bool) -> str:
 
 
 def _print_listing(
-    results: Sequence[Any], as_json: bool, show: Callable[[int, Any], None], notice: str | None = None
+    results: Sequence[Any],
+    as_json: bool,
+    show: Callable[[int, Any], None],
+    notice: str | None = None,
+    empty: str = "no results",
 ) -> None:
-    """`{"results": [...]}` for machines; numbered entries (or "no results") for people. A search's notice
-    (keyword-only results) is one line before the results, or a `notice` key."""
+    """`{"results": [...]}` for machines; numbered entries (or what to do when there are none) for people. A
+    search's notice (keyword-only results) is one line before the results, or a `notice` key."""
     if as_json:
         _print_json({"results": [r.to_dict() for r in results], **({"notice": notice} if notice else {})})
         return
     if notice:
         print(f"note: {notice}")
     if not results:
-        print("no results")
+        print(empty)
     for number, result in enumerate(results, start=1):
         show(number, result)
 
 
-def _print_results(results: Sequence[Any], as_json: bool, query: str = "", notice: str | None = None) -> None:
-    _print_listing(results, as_json, lambda number, result: _show_chunk(number, result, query), notice)
+def _print_results(
+    results: Sequence[Any], as_json: bool, query: str, timezone: str, notice: str | None = None
+) -> None:
+    _print_listing(results, as_json, lambda number, result: _show_chunk(number, result, query, timezone), notice)
 
 
-def _show_chunk(number: int, result: Any, query: str) -> None:
-    when = result.timestamp.strftime("%Y-%m-%d %H:%M") if result.timestamp else "?"
+def _show_chunk(number: int, result: Any, query: str, timezone: str) -> None:
+    when = local_time(result.timestamp, timezone)
     ids = ", ".join(result.message_ids[:4]) + (" …" if len(result.message_ids) > 4 else "")
     print(f"{number}. [{result.score:.4f}] {result.session_id} ({result.project}) {when}  messages: {ids}")
     if result.topics:
@@ -311,7 +340,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if understood:
         verb = "filter" if source == "flag" else "boost (named in the query)"
         print(f"time window ({verb}): {understood['after'] or '…'} → {understood['before'] or 'now'}\n")
-    _print_results(results, False, args.query, memory.notice)
+    _print_results(results, False, args.query, memory.settings.timezone, memory.notice)
     return 0
 
 
@@ -329,18 +358,23 @@ def cmd_forget(args: argparse.Namespace) -> int:
 def cmd_sessions(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.status import list_sessions
 
-    sessions = list_sessions(_settings(args), project=args.project, with_summaries=args.summaries)
+    settings = _settings(args)
+    sessions = list_sessions(settings, project=args.project, with_summaries=args.summaries)
     if args.json:
         _print_json({"sessions": sessions})
         return 0
+    if not sessions:
+        print("no sessions yet: run `sessionmem index`")
+    tz = settings.timezone
     for s in sessions:
         print(
-            f"{s['session_id']}  {s['project']}  {s['started_at'] or '?'} → {s['ended_at'] or '?'}  "
+            f"{s['session_id']}  {s['project']}  {local_time(s['started_at'], tz)} → "
+            f"{local_time(s['ended_at'], tz)}  "
             f"{s['message_count']} messages, summary v{s['summary_version'] or '-'}"
         )
         for version in s.get("summaries", []):
             print(
-                f"  v{version['version']} {version['created_at']:%Y-%m-%d %H:%M} {version['model']} "
+                f"  v{version['version']} {local_time(version['created_at'], tz)} {version['model']} "
                 f"{'incremental' if version['is_incremental'] else 'full'}, messages {version['first_message_id']}"
                 f"…{version['last_message_id']} ({version['message_count']}): {version['overview'][:100]}"
             )
@@ -353,7 +387,7 @@ def cmd_search_sessions(args: argparse.Namespace) -> int:
     memory = SessionMemory(settings=_settings(args))
     filters = {k: v for k, v in _filter_kwargs(args).items() if k in ("after", "before", "project", "session_id", "topics")}
     def show(n: int, r: Any) -> None:
-        span = f"{r.started_at:%Y-%m-%d %H:%M}" if r.started_at else "?"
+        span = local_time(r.started_at, memory.settings.timezone)
         print(f"{n}. [{r.score:.4f}] {r.session_id} ({r.project}) {span}, {r.message_count} messages, v{r.version}")
         print(f"   {r.summary}")
         if r.decisions:
@@ -369,7 +403,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
     memory = SessionMemory(settings=_settings(args))
     results = memory.recall(args.query, sessions=args.sessions, limit=args.limit, **_filter_kwargs(args))
-    _print_results(results, args.json, args.query, memory.notice)
+    _print_results(results, args.json, args.query, memory.settings.timezone, memory.notice)
     return 0
 
 
@@ -378,11 +412,63 @@ def cmd_memories(args: argparse.Namespace) -> int:
 
     memory = SessionMemory(settings=_settings(args))
     results = memory.search_memories(args.query, limit=args.limit)
+    hint = 'no memories match: add one with `sessionmem remember "TEXT"` (agents: the MCP tool `remember`)'
 
     def show(n: int, r: Any) -> None:
         print(f"{n}. [{r.score:.4f}] {r.memory_id}: {r.content}")
 
-    _print_listing(results, args.json, show, memory.notice)
+    _print_listing(results, args.json, show, memory.notice, hint)
+    return 0
+
+
+def cmd_remember(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.client import SessionMemory
+
+    entry = SessionMemory(settings=_settings(args)).remember(
+        args.text, importance=args.importance, session_id=args.session
+    )
+    if args.json:
+        _print_json(entry)
+    else:
+        print(f"remembered {entry['id']}: {entry['content']} (searchable now: sessionmem memories QUERY)")
+    return 0
+
+
+TIMELINE_DECISIONS = 3  # per session in the human output; --json has them all
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from sessionmem_pipeline.client import SessionMemory
+    from sessionmem_pipeline.core.timeline import format_duration
+
+    memory = SessionMemory(settings=_settings(args))
+    try:
+        days = memory.timeline(after=args.after, before=args.before, project=args.project)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    if args.json:
+        _print_json({"timezone": memory.settings.timezone, "days": [day.to_dict() for day in days]})
+        return 0
+    if not days:
+        window = "the last 7 days" if args.after is None and args.before is None else "that time"
+        print(f"no sessions in {window}: widen it with e.g. --after 'last month'" + (
+            "" if memory.indexed else " (nothing indexed yet: run `sessionmem index`)"))
+    tz = zone(memory.settings.timezone)
+    for day in days:
+        print(f"{day.day:%A %Y-%m-%d}")
+        for s in day.sessions:
+            gone = "  (transcript file gone)" if s.source_missing else ""
+            print(
+                f"  {s.started_at.astimezone(tz):%H:%M}  {s.project or '?'}  {s.agent}  {format_duration(s.duration)}, "
+                f"{s.message_count} messages  {s.session_id}{gone}"
+            )
+            if s.summary:
+                print(f"         {textwrap.shorten(s.summary, 160, placeholder=' …')}")
+            for decision in s.decisions[:TIMELINE_DECISIONS]:
+                print(f"         decided: {textwrap.shorten(decision, 140, placeholder=' …')}")
+            if len(s.decisions) > TIMELINE_DECISIONS:
+                print(f"         … and {len(s.decisions) - TIMELINE_DECISIONS} more decisions (--json lists them)")
+        print()
     return 0
 
 
@@ -413,9 +499,12 @@ def cmd_recap(args: argparse.Namespace) -> int:
         handoff = render_handoff(
             recap, session_id=session["session_id"], project=session["project"], ended_at=session["ended_at"]
         )
-        (folder / "_handoff.md").write_text(handoff, encoding="utf-8")
+        written = folder / "_handoff.md"
+        written.write_text(handoff, encoding="utf-8")
+        print(f"wrote {written}", file=sys.stderr)
     if args.json:
         _print_json({
+            "written": str(written) if args.write else None,
             "session_id": recap.session_id, "text": recap.text, "token_count": recap.token_count,
             "ended_abruptly": recap.ended_abruptly,
             "lines": [{"text": line.text, "message_ids": list(line.message_ids), "section": line.section}
@@ -520,7 +609,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from sessionmem_pipeline.status import session_history
 
-    history = session_history(_settings(args), args.session, full=args.full)
+    settings = _settings(args)
+    history = session_history(settings, args.session, full=args.full)
     if args.json:
         _print_json(history)
         return 0
@@ -529,9 +619,13 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(f"## Summary {who} (messages {version['first_message_id']}…{version['last_message_id']})")
         print(version["markdown"])
         print()
+    if not history["messages"]:
+        print("No messages after the latest summary." if history["summaries"] else "No messages.")
+        return 0
     print(f"## Messages{' (all)' if args.full else ' since the latest summary'}")
     for message in history["messages"]:
-        print(f"[{message['message_id']}] {message['speaker']}: {message['text']}")
+        when = local_time(message["timestamp"], settings.timezone) if message["timestamp"] else ""
+        print(f"[{message['message_id']}] {when} {message['speaker']}: {message['text']}")
     return 0
 
 
@@ -548,23 +642,90 @@ def _common(parser: argparse.ArgumentParser, *, json_flag: bool) -> None:
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
+    _dates(parser)
+    parser.add_argument("--speaker", help="chunks with a message from this speaker")
+    parser.add_argument("--role", choices=("user", "assistant"), help="chunks with a message in this role")
+    parser.add_argument("--topic", action="append", help="topic tag (repeatable; any of them matches)")
+    parser.add_argument("--has-decision", action="store_true", help="only chunks in which something was decided")
+    parser.add_argument("--has-action", action="store_true", help="only chunks with an action item")
+    _project(parser)
+    parser.add_argument("--session", help="only this session (its id)")
+
+
+def _dates(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--after", help="inclusive: ISO date/datetime or e.g. yesterday, 'last week', 'in March'")
     parser.add_argument("--before", help="exclusive: ISO date/datetime or e.g. today, 'two days ago', 'since Monday'")
-    parser.add_argument("--speaker", help="chunks with a message from this speaker")
-    parser.add_argument("--role", choices=("user", "assistant"))
-    parser.add_argument("--topic", action="append", help="topic tag (repeatable; any of them matches)")
-    parser.add_argument("--has-decision", action="store_true")
-    parser.add_argument("--has-action", action="store_true")
-    parser.add_argument("--project")
-    parser.add_argument("--session", help="session id")
+
+
+def _project(parser: argparse.ArgumentParser, what: str = "only sessions of this project") -> None:
+    parser.add_argument("--project", help=f"{what} (the working folder's name, see `sessionmem sessions`)")
+
+
+def _limit(parser: argparse.ArgumentParser, default: int, what: str = "results") -> None:
+    parser.add_argument("--limit", type=int, default=default, help=f"at most this many {what} (default {default})")
+
+
+def _budget(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--budget", type=int, default=800, help="the recap's size in tokens at most (default 800)")
+
+
+EXAMPLES: dict[str, str] = {
+    "init": "sessionmem init\nsessionmem init --force --warehouse ~/memory/sessionmem.duckdb",
+    "config": "sessionmem config\nsessionmem config --json",
+    "index": "sessionmem index\nsessionmem index --source ~/.claude/projects --since 'last month'",
+    "reembed": "sessionmem reembed",
+    "status": "sessionmem status\nsessionmem status --json",
+    "health": "sessionmem health && echo memory is fine",
+    "search": 'sessionmem search "why did checkout fail with a gift card"\n'
+              'sessionmem search "retry queue" --after "last week" --has-decision --project webshop',
+    "search-sessions": 'sessionmem search-sessions "newsletter cadence"\n'
+                       'sessionmem search-sessions "database migration" --after 2026-03-01',
+    "recall": 'sessionmem recall "how do we deploy"\nsessionmem recall "flaky tests" --sessions 5 --limit 10',
+    "memories": 'sessionmem memories "deploy day"\nsessionmem memories "code style" --json',
+    "remember": 'sessionmem remember "Deploys go out on Tuesdays only."\n'
+                'sessionmem remember "Use ruff, not flake8" --importance 0.8',
+    "timeline": "sessionmem timeline\nsessionmem timeline --after 'last month' --project webshop",
+    "summarize": "sessionmem summarize 019ce3a1-4b7c-7e20-9a31-5c6d7e8f9012\n"
+                 "sessionmem summarize 019ce3a1-4b7c-7e20-9a31-5c6d7e8f9012 --full",
+    "recap": "sessionmem recap --project webshop\nsessionmem recap --project webshop --write ~/code/webshop",
+    "compact": "sessionmem compact ~/.claude/projects/-home-me-webshop/SESSION.jsonl --target 0.2",
+    "history": "sessionmem history 019ce3a1-4b7c-7e20-9a31-5c6d7e8f9012\n"
+               "sessionmem history 019ce3a1-4b7c-7e20-9a31-5c6d7e8f9012 --full",
+    "hook": "echo '{\"cwd\": \"/home/me/webshop\"}' | sessionmem hook session-start",
+    "mcp": "claude mcp add sessionmem -- sessionmem mcp",
+    "threads": "sessionmem threads\nsessionmem threads --project webshop --json",
+    "forget": "sessionmem forget 019ce3a1-4b7c-7e20-9a31-5c6d7e8f9012\nsessionmem forget --project acme-client",
+    "sessions": "sessionmem sessions --project webshop\nsessionmem sessions --summaries --json",
+}
+"""Each command's `--help` ends with these."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sessionmem")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sessionmem", description="Searchable, summarized memory of agent sessions.")
+    parser = argparse.ArgumentParser(
+        prog="sessionmem",
+        description="Searchable, summarized memory of agent sessions.",
+        epilog="examples:\n  sessionmem init && sessionmem index\n  sessionmem timeline\n\n"
+               "`sessionmem COMMAND --help` explains a command.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"sessionmem {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Callable[[argparse.Namespace], int], help_text: str, *, json_flag: bool = True):
-        sub = commands.add_parser(name, help=help_text, description=help_text)
+        examples = "\n".join(f"  {line}" for line in EXAMPLES[name].splitlines())
+        sub = commands.add_parser(
+            name, help=help_text, description=help_text, epilog=f"examples:\n{examples}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         _common(sub, json_flag=json_flag)
         sub.set_defaults(handler=handler)
         return sub
@@ -582,49 +743,56 @@ def build_parser() -> argparse.ArgumentParser:
     command("status", cmd_status, "sessions, messages, chunks, quarantined files, last run, search metrics")
     command("health", cmd_health, "OK / DEGRADED / ERROR with reasons (exit 1 on ERROR)")
     search = command("search", cmd_search, "search conversation chunks")
-    search.add_argument("query")
-    search.add_argument("--limit", type=int, default=5)
+    search.add_argument("query", help="what to look for, in words; a date in it (e.g. 'last week') boosts that time")
+    _limit(search, 5)
     _filters(search)
     search_sessions = command("search-sessions", cmd_search_sessions, "search sessions by their summaries")
-    search_sessions.add_argument("query")
-    search_sessions.add_argument("--limit", type=int, default=3)
+    search_sessions.add_argument("query", help="what the sessions were about")
+    _limit(search_sessions, 3, "sessions")
     _filters(search_sessions)
     recall = command("recall", cmd_recall, "two-stage retrieval: best sessions by summary, then their chunks")
-    recall.add_argument("query")
-    recall.add_argument("--sessions", type=int, default=3)
-    recall.add_argument("--limit", type=int, default=5)
+    recall.add_argument("query", help="a broad question about past work")
+    recall.add_argument("--sessions", type=int, default=3, help="how many best sessions to look inside (default 3)")
+    _limit(recall, 5)
     _filters(recall)
-    memories = command("memories", cmd_memories, "search curated memories")
-    memories.add_argument("query")
-    memories.add_argument("--limit", type=int, default=5)
+    memories = command("memories", cmd_memories, "search curated memories (what you or agents chose to remember)")
+    memories.add_argument("query", help="what to look for")
+    _limit(memories, 5, "memories")
+    remember = command("remember", cmd_remember, "keep a fact for later sessions; searchable at once with `memories`")
+    remember.add_argument("text", help="the fact to keep (secrets are redacted, <private> spans removed)")
+    remember.add_argument("--importance", type=float, help="0 to 1; ranks equally good matches (default none)")
+    remember.add_argument("--session", help="the session this memory comes from (its id)")
+    timeline = command("timeline", cmd_timeline, "what you did, day by day (default: the last 7 days)")
+    _dates(timeline)
+    _project(timeline)
     summarize = command("summarize", cmd_summarize, "summarize one session now (a new version if its input changed)")
-    summarize.add_argument("session")
+    summarize.add_argument("session", help="the session's id (see `sessionmem sessions`)")
     summarize.add_argument("--full", action="store_true", help="regenerate from the start instead of incrementally")
     recap = command("recap", cmd_recap, "recap of the latest (or given) session for a handoff")
-    recap.add_argument("--session")
-    recap.add_argument("--project")
-    recap.add_argument("--budget", type=int, default=800, help="token budget (default 800)")
-    recap.add_argument("--write", metavar="DIR", help="also write DIR/_handoff.md")
+    recap.add_argument("--session", help="recap this session (default: the latest one)")
+    _project(recap, "the latest session of this project")
+    _budget(recap)
+    recap.add_argument("--write", metavar="DIR", help="also write DIR/_handoff.md (its path is printed)")
     compact_cmd = command("compact", cmd_compact, "live-context compaction of a transcript file")
-    compact_cmd.add_argument("file")
+    compact_cmd.add_argument("file", help="a transcript file (read, never changed)")
     compact_cmd.add_argument("--preserve-recent", type=int, default=10, help="messages kept verbatim (default 10)")
     compact_cmd.add_argument("--target", type=float, default=0.3, help="summary/replaced token ratio (default 0.3)")
     history = command("history", cmd_history, "a session as its summaries plus the messages after them")
-    history.add_argument("session")
+    history.add_argument("session", help="the session's id (see `sessionmem sessions`)")
     history.add_argument("--full", action="store_true", help="every summary version and every message")
     hook = command("hook", cmd_hook, "agent hooks: `session-start` prints the previous session's recap", json_flag=False)
-    hook.add_argument("event", choices=("session-start",))
-    hook.add_argument("--budget", type=int, default=800)
+    hook.add_argument("event", choices=("session-start",), help="the hook event (Claude Code's SessionStart)")
+    _budget(hook)
     command("mcp", cmd_mcp, "serve the agent tools over MCP (stdio)", json_flag=False)
     threads = command("threads", cmd_threads, "threads of related sessions")
-    threads.add_argument("--project")
+    _project(threads)
     forget = command(
         "forget", cmd_forget, "remove a session, or every session of a project, from memory (sources untouched)"
     )
     forget.add_argument("session_id", nargs="?", help="the session to forget")
-    forget.add_argument("--project", help="forget every session of this project")
+    _project(forget, "forget every session of this project")
     sessions = command("sessions", cmd_sessions, "list sessions")
-    sessions.add_argument("--project")
+    _project(sessions)
     sessions.add_argument("--summaries", action="store_true", help="with each session's summary versions")
     return parser
 

@@ -13,6 +13,7 @@ raises `InvalidInputError` (a ValueError) with a one-line message the CLI and th
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -25,6 +26,7 @@ import duckdb
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.context import zone
 from sessionmem_pipeline.core.errors import InvalidInputError
+from sessionmem_pipeline.core.timeline import TimelineDay, TimelineSession, default_window, first_line, group_by_day
 from sessionmem_pipeline.core.timewindow import TimeWindow, time_bound, understood_window
 from sessionmem_pipeline.warehouse import (
     VECTOR_BASE,
@@ -216,6 +218,32 @@ def fuse_scores(
         for chunk_id in bm25.keys() | vector.keys()
     }
     return dict(sorted(fused.items(), key=lambda item: (-item[1], item[0])))
+
+
+def keyword_ranking(query: str, memories: Sequence[MemoryResult]) -> list[str]:
+    """Memory ids holding the most of the query's words first (those holding none left out): a keyword ranking
+    for the few inbox memories no BM25 index covers yet. A word matches another it begins ("deploy", "deploys")."""
+    words = set(re.findall(r"\w{3,}", query.lower()))
+
+    def matches(content: str) -> int:
+        found = set(re.findall(r"\w{3,}", content.lower()))
+        return sum(any(w.startswith(q) or q.startswith(w) for w in found) for q in words)
+
+    hits = {m.memory_id: matches(m.content) for m in memories}
+    return sorted((mid for mid, n in hits.items() if n), key=lambda mid: (-hits[mid], mid))
+
+
+def cosine_similarities(
+    query_vector: Sequence[float], keys: Sequence[str], vectors: Sequence[Sequence[float]]
+) -> dict[str, float]:
+    """Cosine similarity of each vector to the query vector, by key."""
+    import numpy as np
+
+    matrix = np.asarray(vectors, dtype=np.float32).reshape(len(keys), -1)
+    query = np.asarray(query_vector, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(query) or 1.0)
+    scores = matrix @ query / np.where(norms == 0, 1.0, norms)
+    return {key: float(score) for key, score in zip(keys, scores, strict=True)}
 
 
 def reciprocal_rank_fusion(rankings: Sequence[tuple[Sequence[str], float]], k: int = 60) -> dict[str, float]:
@@ -557,7 +585,8 @@ class SessionMemory:
         return results
 
     def search_memories(self, query: str, *, limit: int = 5) -> list[MemoryResult]:
-        """Curated memories (what agents chose to remember), hybrid BM25 + vector, importance as a tie-breaker."""
+        """Curated memories (what agents chose to remember), hybrid BM25 + vector, importance as a tie-breaker.
+        Memories `remember` put in the inbox since the last index are searched too (keywords and vectors)."""
         require_query(query)
         require_positive("limit", limit)
         started = self._start()
@@ -566,28 +595,59 @@ class SessionMemory:
             bm25 = [r[0] for r in keyword_search(conn, "memories", query, limit=CANDIDATES)]
         except duckdb.CatalogException:
             bm25 = []
+        stored_rows = conn.execute("SELECT memory_id, content, timestamp, session_id, importance FROM memories")
+        rows = [
+            MemoryResult(r[0], r[1], r[2].astimezone(UTC) if r[2] else None, r[3], r[4], 0.0)
+            for r in stored_rows.fetchall()
+        ]
+        stored = {m.memory_id for m in rows}
+        pending = [m for m in self._inbox_memories() if m.memory_id not in stored]
+        similarity: dict[str, float] = {}
         vector = self._query_vector(query)
-        semantic = []
         if vector is not None:
-            semantic = [r[0] for r in conn.execute(
-                """SELECT memory_id FROM memories WHERE embedding IS NOT NULL
-                   ORDER BY list_cosine_similarity(embedding, ?::FLOAT[]) DESC, memory_id LIMIT ?""",
+            similarity = dict(conn.execute(
+                """SELECT memory_id, list_cosine_similarity(embedding, ?::FLOAT[]) FROM memories
+                   WHERE embedding IS NOT NULL ORDER BY 2 DESC, memory_id LIMIT ?""",
                 [vector, CANDIDATES],
-            ).fetchall()]
-        fused = reciprocal_rank_fusion([(bm25, 1.0), (semantic, 1.0)], k=self.settings["search.rrf_k"])
-        rows = conn.execute(
-            "SELECT memory_id, content, timestamp, session_id, importance FROM memories WHERE memory_id IN (SELECT unnest(?))",
-            [list(fused)],
-        ).fetchall()
+            ).fetchall())
+            similarity |= self._inbox_similarities(query, pending)
+        semantic = sorted(similarity, key=lambda memory_id: (-similarity[memory_id], memory_id))
+        fused = reciprocal_rank_fusion(
+            [(bm25, 1.0), (keyword_ranking(query, pending), 1.0), (semantic, 1.0)], k=self.settings["search.rrf_k"]
+        )
         results = sorted(
-            (
-                MemoryResult(r[0], r[1], r[2].astimezone(UTC) if r[2] else None, r[3], r[4], round(fused[r[0]], 6))
-                for r in rows
-            ),
+            (replace(m, score=round(fused[m.memory_id], 6)) for m in rows + pending if m.memory_id in fused),
             key=lambda m: (-m.score, -(m.importance or 0), m.memory_id),
         )[:limit]
         self._log("search_memories", started, len(results))
         return results
+
+    def _inbox_similarities(self, query: str, pending: Sequence[MemoryResult]) -> dict[str, float]:
+        """Cosine similarity of each inbox memory (embedded now: they are few) to the query; none when the
+        provider fails (`notice` says so)."""
+        from sessionmem_pipeline.providers.embedders import EmbeddingError
+
+        if not pending:
+            return {}
+        try:
+            query_vector, *vectors = self.embedder().embed([query, *(m.content for m in pending)])
+        except EmbeddingError as exc:
+            self.notice = f"keyword-only results: the embedding provider failed ({exc})"
+            return {}
+        return cosine_similarities(query_vector, [m.memory_id for m in pending], vectors)
+
+    def _inbox_memories(self) -> list[MemoryResult]:
+        """The memories in the inbox beside the warehouse (already sanitized when parsed)."""
+        from sessionmem_pipeline.stages.memories import memory_inbox, parse_memories
+
+        inbox = memory_inbox(self.warehouse)
+        if not inbox.is_file():
+            return []
+        memories, _ = parse_memories(inbox)
+        return [
+            MemoryResult(m["memory_id"], m["content"], m["timestamp"], m["session_id"], m["importance"], 0.0)
+            for m in memories
+        ]
 
     def recap(self, *, session_id: str | None = None, project: str | None = None, budget: int = 800):
         """The recap of the given session, or of the latest top-level session (of `project`): what was being
@@ -645,10 +705,49 @@ class SessionMemory:
         return history
 
     def remember(self, content: str, *, importance: float | None = None, session_id: str | None = None) -> dict:
-        """Store a curated memory; it is searchable with `search_memories` after the next pipeline run."""
+        """Store a curated memory in the inbox; `search_memories` finds it at once (the next run indexes it)."""
         from sessionmem_pipeline.stages.memories import remember
 
         return remember(self.warehouse, content, importance=importance, session_id=session_id)
+
+    def timeline(
+        self,
+        *,
+        after: str | date | datetime | None = None,
+        before: str | date | datetime | None = None,
+        project: str | None = None,
+        now: datetime | None = None,
+    ) -> list[TimelineDay]:
+        """Top-level sessions grouped by the local day they started on, newest day first (core.timeline).
+        `after`/`before` take the same dates as search; with neither, the last 7 days up to `now`."""
+        now = now or datetime.now(UTC)
+        if after is None and before is None:
+            window = default_window(now, self.settings.timezone)
+            after, before = window.after, window.before
+        where, params = self._filters(now=now, after=after, before=before, project=project).session_sql()
+        rows = Snapshot(self.connection()).query(
+            f"""SELECT s.session_id, s.project, s.format, s.started_at, s.ended_at, s.message_count,
+                       s.summary_overview, v.summary, s.source_missing
+                FROM sessions s LEFT JOIN session_summaries v
+                  ON v.session_id = s.session_id AND v.version = s.summary_version
+                WHERE s.parent_session_id IS NULL AND {where}""",
+            params,
+        )
+        sessions = [
+            TimelineSession(
+                session_id=row["session_id"],
+                project=row["project"] or "",
+                agent=row["format"] or "",
+                started_at=row["started_at"].astimezone(UTC) if row["started_at"] else None,
+                ended_at=row["ended_at"].astimezone(UTC) if row["ended_at"] else None,
+                message_count=row["message_count"] or 0,
+                summary=first_line(row["summary_overview"]),
+                decisions=list(json.loads(row["summary"]).get("decisions", [])) if row["summary"] else [],
+                source_missing=bool(row["source_missing"]),
+            )
+            for row in rows
+        ]
+        return group_by_day(sessions, self.settings.timezone)
 
     def threads(self, *, project: str | None = None) -> list[dict[str, Any]]:
         """Threads of related sessions (newest activity first), each with its sessions in time order."""

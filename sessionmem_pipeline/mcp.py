@@ -32,7 +32,7 @@ CITATION_FIELDS = frozenset(
     {
         "session_id", "project", "chunk_index", "timestamp", "score", "message_ids", "source_path", "stage",
         "thread_id", "started_at", "ended_at", "message_count", "version", "memory_id", "importance",
-        "ended_abruptly", "is_incremental", "messages_processed",
+        "ended_abruptly", "is_incremental", "messages_processed", "agent", "duration_seconds", "source_missing",
     }
 )  # fmt: skip
 
@@ -43,7 +43,8 @@ INSTRUCTIONS = """Long-term memory of past conversations and agent sessions.
 - search_memories: facts an agent explicitly chose to remember.
 - recap: what the previous session was doing and what it left unfinished, to continue work.
 - get_history: read a whole session; summarize_session: its structured summary now.
-- remember: keep a fact for later sessions (found by search_memories)."""
+- timeline: what was done day by day (sessions with project, agent, duration, summary line, decisions).
+- remember: keep a fact for later sessions (search_memories finds it at once)."""
 
 
 def _quoted(record: dict[str, Any]) -> dict[str, Any]:
@@ -201,16 +202,31 @@ def build_server(memory: SessionMemory) -> MCPServer:
         return _answer(memory, **_quoted(memory.get_history(session_id, include_summaries=include_summaries)))
 
     @server.tool(
+        name="timeline",
+        description=(
+            "What was done, day by day: sessions grouped by the day they started (configured time zone), each with "
+            "project, agent, duration, message count, its summary's first line and its decisions. after/before take "
+            "ISO dates or yesterday, last week, in March; default the last 7 days. Use for 'what did I do last week'."
+        ),
+    )
+    @_reported
+    def timeline(after: str | None = None, before: str | None = None, project: str | None = None) -> str:
+        days = memory.timeline(after=after, before=before, project=project)
+        return _answer(memory, days=[
+            {"day": day.day.isoformat(), "sessions": [_quoted(s.to_dict()) for s in day.sessions]} for day in days
+        ])
+
+    @server.tool(
         name="remember",
         description=(
             "Store a fact worth keeping across sessions (a decision, a preference, a gotcha). importance 0..1; "
-            "session_id links it to a session. search_memories finds it after the next index run."
+            "session_id links it to a session. search_memories finds it at once."
         ),
     )
     @_reported
     def remember(content: str, importance: float | None = None, session_id: str | None = None) -> str:
         entry = memory.remember(content, importance=importance, session_id=session_id)
-        return json.dumps({"stored": entry["id"], "searchable_after": "the next `sessionmem index` or Dagster run"})
+        return json.dumps({"stored": entry["id"], "searchable": "now, with search_memories"})
 
     return server
 

@@ -13,6 +13,7 @@ import duckdb
 
 from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core.formats import REGISTRY
+from sessionmem_pipeline.core.models import SESSION_SKIP_REASONS
 from sessionmem_pipeline.providers import embedder_from_settings
 from sessionmem_pipeline.stages.discover import discover
 from sessionmem_pipeline.stages.privacy import privacy_rules
@@ -117,6 +118,7 @@ def read_status(settings: Settings) -> dict[str, Any]:
                FROM source_files GROUP BY format ORDER BY format""",
         )
         quarantine = _rows(conn, "SELECT path, reason, details, sha256, quarantined_at FROM quarantine ORDER BY path")
+        skipped_sessions = _skipped_sessions(conn)
         problems = _optional_rows(conn, SOURCE_PROBLEMS_SQL)
         excluded = _optional_rows(conn, EXCLUDED_SQL)
         model = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
@@ -143,6 +145,7 @@ def read_status(settings: Settings) -> dict[str, Any]:
         },
         "formats": [{**row, "supported": row["format"] not in UNSUPPORTED_FORMATS} for row in formats],
         "quarantine": quarantine,
+        "skipped_sessions": skipped_sessions,
         "source_problems": problems,
         "excluded": excluded,
         "sessions_source_missing": source_missing,
@@ -150,6 +153,19 @@ def read_status(settings: Settings) -> dict[str, Any]:
         "last_writer": read_run_marker(warehouse),
         "searches": search_metrics(warehouse),
     }
+
+
+def _skipped_sessions(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Sessions the source files hold that were left out on purpose, by reason (e.g. warmup sidechains)."""
+    counts = {}
+    for reason in SESSION_SKIP_REASONS:
+        path = '$."' + reason + '"'
+        total = conn.execute(
+            "SELECT sum(CAST(json_extract(skipped, ?) AS INTEGER)) FROM source_files WHERE status = 'indexed'", [path]
+        ).fetchone()[0]
+        if total:
+            counts[reason] = int(total)
+    return counts
 
 
 def _optional_rows(conn: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:

@@ -81,6 +81,7 @@ def test_config_shows_origins_and_masks_keys(tmp_path: Path, capsys, monkeypatch
 
 # ---- index, status, health, search, config and init on small corpora (conftest `indexed_corpus`) -----------------
 import hashlib  # noqa: E402
+import shutil  # noqa: E402
 import os  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 
@@ -228,7 +229,7 @@ def test_search_prints_readable_results_and_redacts_secrets(
     config = str(indexed_corpus.config)
     code, out, _ = _run(capsys, "search", "AWS access key deploy bot", "--config", config, "--limit", "2")
     assert code == 0
-    assert out.startswith("1. [") and "webshop/checkout (webshop) 2026-03-10 03:00  messages: c1, c2" in out
+    assert out.startswith("1. [") and "webshop/checkout (webshop) 2026-03-09 23:00  messages: c1, c2" in out  # New York time
     assert "   | Maya: " in out and "[REDACTED" in out and AWS_KEY not in out
     code, out, _ = _run(capsys, "search", "coffee", "--config", config, "--project", "nowhere")
     assert (code, out) == (0, "no results\n")
@@ -271,3 +272,20 @@ def test_init_writes_a_config_once(isolated: Path, capsys) -> None:
     code, _, err = _run(capsys, "init", "--config", str(target))
     assert code == 1 and "already exists" in err
     assert _run(capsys, "init", "--config", str(target), "--force")[0] == 0
+
+
+def test_a_warmup_sidechain_is_counted_in_status_and_never_found(isolated: Path, capsys) -> None:
+    blog = Path(__file__).parent / "fixtures" / "transcripts" / "claude_code" / "-home-dev-blog"
+    shutil.copytree(blog, isolated / "sources" / "-home-dev-blog")  # a session, a subagent and a warmup sidechain
+    config = isolated / "sessionmem.toml"
+    config.write_text('warehouse = "w.duckdb"\nsources = ["sources"]\n', encoding="utf-8")
+
+    code, _, err = _run(capsys, "index", "--config", str(config))
+    assert code == 0 and "quarantined" not in err
+    status = json.loads(_run(capsys, "status", "--config", str(config), "--json")[1])
+    assert status["skipped_sessions"] == {"warmup sidechain": 1} and status["quarantine"] == []
+    assert status["counts"]["sessions"] == 2
+    assert "skipped: warmup sidechain: 1" in _run(capsys, "status", "--config", str(config))[1]
+    query = ("search-sessions", "file search specialist ready to help explore codebase", "--config", str(config))
+    found = json.loads(_run(capsys, *query, "--json")[1])["results"]
+    assert found and not [r for r in found if r["session_id"].endswith("/c81d4e2")]

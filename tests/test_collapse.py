@@ -325,6 +325,17 @@ RULES = [
     ),
     pytest.param(
         ToolCall(
+            "shell_command",
+            {"command": "npm.cmd run build", "workdir": "D:\\web\\tickets", "timeout_ms": 120000},
+            "Exit code: 0\nWall time: 9.1 seconds\nOutput:\nbuilt in 8.70s",
+        ),
+        CATEGORY_SHELL,
+        "Ran `npm.cmd run build` (exit 0).",
+        (),
+        id="shell_command-codex-windows",
+    ),
+    pytest.param(
+        ToolCall(
             "exec_command",
             {"cmd": "python manage.py migrate"},
             "Chunk ID: 9f\nWall time: 1.2 seconds\nProcess exited with code 1\nOriginal token count: 40\nOutput:\n"

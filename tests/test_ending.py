@@ -30,7 +30,7 @@ OPENING = [message(0, "user", "Fix the CSV export."), message(1, "assistant", "L
     ("last", "abrupt", "words"),
     [
         (message(9, "assistant", "", bash("make deploy", None)), True, "never returned"),
-        (message(9, "assistant", "Running the tests.", bash("pytest -q", "3 passed")), True, "no reply after it"),
+        (message(9, "assistant", "Running the tests.", bash("pytest -q", "3 passed")), True, "(Ran `pytest -q`"),
         (message(9, "tool", "3 passed"), True, "no reply after it"),
         (message(9, "user", "Now ship it."), True, "got a reply"),
         (Message("s", 9, "m9", "system", "Turn aborted", kind=KIND_EVENT, metadata={TURN_ABORTED: True}), True, "aborted"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionmem_pipeline.core.formats import parse_file
+from sessionmem_pipeline.core.formats import parse_file, validate_file
 from sessionmem_pipeline.core.models import (
     KIND_COMPACTION,
     KIND_EVENT,
@@ -179,6 +179,34 @@ def test_subagent_files_are_their_own_sessions_linked_to_the_parent(
     assert session.messages[-1].text.startswith(("The warning comes from", "Header: src/components/Header.astro"))
 
 
+WARMUP = "-home-dev-blog/agent-c81d4e2.jsonl"  # shaped like 2.0.x warmup files in public repositories
+
+
+def test_a_warmup_sidechain_is_skipped_with_its_reason_not_quarantined() -> None:
+    result = parse_fixture(WARMUP)
+    path = ROOT / WARMUP
+
+    assert result.sessions == [] and result.skipped_sessions() == {"warmup sidechain": 1}
+    report = validate_file(str(path), str(ROOT), path.read_bytes(), final=True)
+    assert report.valid and report.quarantine_reason is None
+    assert report.warnings == (f"{path}: skipped: warmup sidechain",)
+
+
+@pytest.mark.parametrize(
+    ("path", "first_line"),
+    [
+        ("/p/-w-app/agent-1a2b3c4d.jsonl", {"isSidechain": True, "message": {"role": "user", "content": "Warmup now"}}),
+        ("/p/-w-app/parent-1.jsonl", {"message": {"role": "user", "content": "Warmup"}}),  # a person typed it
+    ],
+    ids=["subagent-with-a-task", "main-session"],
+)
+def test_only_a_sidechain_whose_prompt_is_exactly_warmup_is_skipped(path: str, first_line: dict) -> None:
+    reply = assistant(2, "msg_R", {"type": "text", "text": "Ready."})
+    result = parse_file(path, "/p", as_bytes(envelope("user", 1, **first_line), reply), final=True)
+
+    assert len(result.sessions) == 1 and result.skipped_sessions() == {}
+
+
 def envelope(kind: str, number: int, **fields: object) -> dict:
     base = {"type": kind, "uuid": f"u{number}", "parentUuid": None, "sessionId": "parent-1", "cwd": "/w/app"}
     base["timestamp"] = f"2026-01-01T00:00:{number:02d}Z"
@@ -200,7 +228,7 @@ def as_bytes(*rows: dict) -> bytes:
 
 
 def test_subagent_without_agent_id_takes_it_from_the_file_name() -> None:
-    data = as_bytes(envelope("user", 1, isSidechain=True, message={"role": "user", "content": "Warmup"}))
+    data = as_bytes(envelope("user", 1, isSidechain=True, message={"role": "user", "content": "Find the config"}))
 
     result = parse_file("/p/-w-app/agent-1a2b3c4d.jsonl", "/p", data, final=True)
 

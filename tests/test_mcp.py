@@ -42,6 +42,7 @@ async def _session_calls(warehouse: Path) -> tuple[list[str], dict, dict, str, d
             ("get_history", {"session_id": "019ce3a1-4b7c-7e20-9a31-5c6d7e8f9012"}),
             ("summarize_session", {"session_id": "019ce3a1-4b7c-7e20-9a31-5c6d7e8f9012", "incremental": False}),
             ("remember", {"content": "Deploys go out on Tuesdays only.", "importance": 0.8}),
+            ("timeline", {"after": "2026-03-01", "project": "webshop"}),
         ]:
             writes[name] = json.loads((await session.call_tool(name, arguments)).content[0].text)
     return (
@@ -53,7 +54,7 @@ def test_mcp_server_lists_tools_and_answers_with_citations(warehouse: Path) -> N
     tools, search, sessions, recap, calls = anyio.run(_session_calls, warehouse)
     assert set(tools) == {
         "session_search", "search_sessions", "recall", "search_memories", "recap",
-        "summarize_session", "get_history", "remember",
+        "summarize_session", "get_history", "remember", "timeline",
     }
     assert {r["stage"] for r in calls["recall"]["results"]} <= {"session", "global"} and calls["recall"]["results"]
     assert calls["search_memories"]["results"] == []  # nothing remembered yet
@@ -62,6 +63,9 @@ def test_mcp_server_lists_tools_and_answers_with_citations(warehouse: Path) -> N
     summary = calls["summarize_session"]
     assert summary["version"] == 1 and summary["is_incremental"] is False  # same input: no new version
     assert calls["remember"]["stored"].startswith("mem-")
+    [day] = calls["timeline"]["days"]
+    assert day["day"] == "2026-03-10" and day["sessions"][0]["project"] == "webshop"
+    assert day["sessions"][0]["quoted_memory"]["summary"]  # transcript text, quoted
 
     settings = load_settings(SAMPLES / "sessionmem.toml", {"warehouse": str(warehouse)})
     assert index_sources(settings).memories == 1

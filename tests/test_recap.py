@@ -15,6 +15,7 @@ from sessionmem_pipeline.core.compact import parse_transcript
 from sessionmem_pipeline.core.models import Message, ToolCall
 from sessionmem_pipeline.core.recap import (
     SECTION_OPEN,
+    SECTION_OUTCOME,
     SECTION_GOAL,
     SECTIONS,
     Recap,
@@ -319,3 +320,19 @@ def test_a_long_rewrite_is_cut_to_the_budget(openai_server: OpenAICompatibleServ
     assert recap.model == "recap-model"
     assert 0 < len(recap.lines) < 40 and recap.token_count <= 200
     assert recap.lines[0].text.startswith("Step 0:")
+
+
+def test_results_stated_on_the_way_reach_the_outcome() -> None:
+    """A result an earlier step reported (tests passing, a tool installed) is part of the state at the end, not only
+    what the final reply says."""
+    session = [
+        message(0, "user", "Port the exporter to Rust and get it to full coverage."),
+        message(1, "assistant", "Writing the port.", edit("src/export.rs", "", "pub fn export() {}")),
+        message(2, "assistant", "All tests pass. Now let me set up coverage with `cargo-llvm-cov`.",
+                bash("cargo install cargo-llvm-cov", "Installed package `cargo-llvm-cov`")),
+        *[message(3 + n, "assistant", f"Checking module {n}.", bash(f"cargo test m{n}", "ok")) for n in range(4)],
+        message(7, "assistant", "The port is complete with 100% line coverage."),
+    ]
+    recap = recap_session(session)
+    outcome = [line for line in recap.lines if line.section == SECTION_OUTCOME]
+    assert any(line.text.startswith("All tests pass.") and line.message_ids == ("m2",) for line in outcome)

@@ -29,8 +29,8 @@ def _load_benchmark():
 
 
 BENCHMARK = _load_benchmark()
-TUNING_SECRETS = BENCHMARK.load_secret_entries(CORPUS / "tuning" / "secrets.txt")
-TUNING_CLEAN = BENCHMARK.load_clean_lines(CORPUS / "tuning" / "clean.txt")
+TUNING_SECRETS = [entry for half in BENCHMARK.TUNING for entry in BENCHMARK.load_secret_entries(CORPUS / half / "secrets.txt")]
+TUNING_CLEAN = [line for half in BENCHMARK.TUNING for line in BENCHMARK.load_clean_lines(CORPUS / half / "clean.txt")]
 
 GITHUB_TOKEN = "ghp_FAKEqcvGtAtIfNGpak8uNyPAbtVhbOrzUQ04"
 OPENAI_KEY = "sk-proj-FAKEUj9aYV0EaSYkJ9ntIYgbU1qKwrBN58kx5J4aB16B1Cc9HVfvOZIj"
@@ -265,8 +265,8 @@ def test_benchmark_reports_both_halves() -> None:
     assert report["clean_lines"] + tuning["clean_lines"] >= 200
     assert tuning["catch_rate"] == 1.0, tuning["misses"]
     assert tuning["clean_altered"] == 0, tuning["false_positives"]
-    assert report["catch_rate"] >= 0.98  # floor against regressions (version 3 measured 0.983); the target is 0.99
-    assert report["false_positive_rate"] <= 0.035  # version 3 measured 0.030 (11/362); the target is 0.01
+    assert report["catch_rate"] >= 0.674  # floor against regressions (version 4 measured 209/310 on report2); target 0.99
+    assert report["false_positive_rate"] <= 0.026  # version 4 measured 7/272 on report2; the target is 0.01
 
 
 def test_routine_benchmark_output_hides_the_report_half_failures(capsys) -> None:

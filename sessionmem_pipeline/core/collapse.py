@@ -864,7 +864,7 @@ _RULES: dict[str, ToolRule] = _table(
     ("read_mcp_resource", _brief("Read MCP resource {}.", "uri", "server"), CATEGORY_OBSERVATIONAL),
     ("skill", _brief('Used skill "{}".', "skill", "command", "name"), CATEGORY_OBSERVATIONAL),
     ("view_image", _brief("Viewed image {}.", "path", "file_path"), CATEGORY_OBSERVATIONAL),
-    ("bash shell exec_command run_shell_command", _shell, CATEGORY_SHELL),
+    ("bash shell shell_command exec_command run_shell_command", _shell, CATEGORY_SHELL),
     ("killshell killbash", _brief("Stopped background shell {}.", "shell_id", "bash_id"), CATEGORY_SHELL),
     ("write_stdin", _write_stdin, CATEGORY_META),
     ("todowrite", _plan_update("todo list"), CATEGORY_META),

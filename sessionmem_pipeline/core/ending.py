@@ -64,7 +64,11 @@ def session_ending(messages: Sequence[Message]) -> SessionEnding:
     if pending:
         line = collapse_tool_call(pending[0], last.cwd).line or f"called {pending[0].name}"
         return SessionEnding(True, f"Session ended during a tool call that never returned: {line}", last.message_id)
-    if last.role == "tool" or (last.role == "assistant" and last.tool_calls):
+    if last.role == "assistant" and last.tool_calls:
+        line = collapse_tool_call(last.tool_calls[-1], last.cwd).line
+        called = f" ({line.rstrip('.')})" if line else ""
+        return SessionEnding(True, f"Session ended after a tool call{called}, with no reply after it.", last.message_id)
+    if last.role == "tool":
         return SessionEnding(True, "Session ended after a tool call, with no reply after it.", last.message_id)
     agent_session = any(m.role == "assistant" and m.tool_calls for m in conversation)
     if last.role == "user" and agent_session:

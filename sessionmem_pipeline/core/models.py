@@ -82,6 +82,12 @@ class ParsedSession:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+WARMUP_SIDECHAIN = "warmup sidechain"
+"""A Claude Code subagent file that only answers the CLI's automatic "Warmup" prompt: no task, so no session."""
+SESSION_SKIP_REASONS = (WARMUP_SIDECHAIN,)
+"""Keys of ParseResult.skipped that count whole sessions left out on purpose (reported by `status`)."""
+
+
 @dataclass
 class ParseResult:
     """Everything one source file yielded: sessions, warnings, and counts of lines skipped on purpose."""
@@ -93,6 +99,10 @@ class ParseResult:
     skipped: dict[str, int] = field(default_factory=dict)  # line type -> count (progress, snapshots, ...)
     lines_read: int = 0
     consumed_bytes: int = 0  # bytes up to the end of the last complete line; a half-written tail is left
+
+    def skipped_sessions(self) -> dict[str, int]:
+        """Sessions left out on purpose, by reason (a warmup sidechain is not a session)."""
+        return {reason: self.skipped[reason] for reason in SESSION_SKIP_REASONS if self.skipped.get(reason)}
 
 
 # ---- transform stage -------------------------------------------------------------------------

@@ -8,7 +8,8 @@ Shape, in this order:
   goal.
 - Outcome / state at the end: the reply to each goal (its opening sentences), latest first; for the latest turn also
   the terms its last texts stressed (bold, code spans), the steps before the reply, and the shell commands that
-  changed state (installs, commits, pushes).
+  changed state (installs, commits, pushes); then results stated on the way in earlier steps (tests passing, a
+  build, a push, a file created) and, with room left, more of the terms the latest reply stressed.
 - Decisions: decisions stated in the session's most telling chunks (below).
 - Open items / next steps: how the session ended when it stopped mid-work (`core.ending.session_ending`), what the
   final reply leaves open or proposes, and what was announced or failed in the last chunk and never done.
@@ -96,6 +97,13 @@ PROGRESS_TEXTS = 4
 """The latest turn's last assistant texts read for its state: the reply and the steps before it."""
 KEY_TERM_LINES = (2, 1)
 """Lines of stressed terms (bold, code) from the latest reply and the one before it."""
+MORE_KEY_TERM_LINES = 2
+"""Further lines of the latest reply's stressed terms, taken only when the budget has room left at the end."""
+MILESTONES = 4
+"""Results stated on the way (tests passing, a build, a push, a file created) in earlier steps, latest first."""
+MILESTONE_CHARS = 160
+SAID_CHARS = 80
+"""A line whose first this-many characters a chosen line already holds says nothing new."""
 
 
 # ---- records -------------------------------------------------------------------------------------------------
@@ -386,6 +394,14 @@ _OPEN_SENTENCE = re.compile(
     r"would you like|if you want|you(?:'|’)ll need|still needs?|left to do|follow[- ]?ups?)\b",
     re.I,
 )
+_RESULT_SENTENCE = re.compile(
+    r"\b(?:(?:all|the) (?:\d+ )?(?:unit |integration )?tests? (?:now )?pass(?:es|ed|ing)?|tests? (?:now )?pass(?:es|ing)?\b|"
+    r"\d+ (?:tests? )?passed|builds? (?:now )?(?:passes|passed|succeeds|succeeded|is green|is clean)|"
+    r"(?:pushed|committed|merged|deployed|published|released|installed)\b|"
+    r"(?:created|added|wrote) (?:a |an |the )?(?:new )?(?:file|test|module|script|`))",
+    re.I,
+)
+"""A sentence reporting a result: tests or a build passing, a commit or push, something installed or created."""
 _WORDY = re.compile(r"[A-Za-z0-9]{2}")
 _FILE_KIND = re.compile(r"\((added|updated|deleted|created|renamed)\b")
 _AT_THE_END = 10**9  # position of lines from the final reply among the chunk lines of their section
@@ -471,8 +487,7 @@ def _turn_lines(messages: Sequence[Message], collapsed: Sequence[CollapsedMessag
 
     def add(position: tuple[int, int], section: str, text: str, ids: tuple[str, ...]) -> None:
         if text.strip():
-            limit = GOAL_CHARS if section == SECTION_GOAL else LINE_CHARS
-            lines.append((position, RecapLine(clip_line(redact(text), limit), ids, section)))
+            lines.append((position, _line(section, text, ids)))
 
     # The latest request, and earlier ones the assistant worked on (a question in passing is not a goal): the
     # latest of them and the first.
@@ -498,7 +513,40 @@ def _turn_lines(messages: Sequence[Message], collapsed: Sequence[CollapsedMessag
             for n, sentence in enumerate(s for s in sentences if _OPEN_SENTENCE.search(s)):
                 add((_AT_THE_END, n), SECTION_OPEN, sentence, reply_ids)
     files = _file_lines(collapsed)
-    return [*lines[:1], *files[:1], *lines[1:], *_command_lines(collapsed), *files[1:]]
+    extra: list[_Placed] = []
+    if turns and turns[-1].reply is not None:  # room left at the end: more of what the latest reply stressed
+        latest = turns[-1]
+        stressed = key_terms("\n".join(m.text for m in reversed(latest.texts[-PROGRESS_TEXTS:])))
+        more = _term_lines(stressed, KEY_TERM_LINES[0] + MORE_KEY_TERM_LINES)[KEY_TERM_LINES[0] :]
+        extra = [((len(turns), -1 - n), _line(SECTION_OUTCOME, text, (latest.reply.message_id,))) for n, text in enumerate(more)]
+    return [
+        *lines[:1], *files[:1], *lines[1:], *_command_lines(collapsed), *files[1:], *_milestone_lines(turns), *extra
+    ]
+
+
+def _line(section: str, text: str, ids: tuple[str, ...]) -> RecapLine:
+    limit = GOAL_CHARS if section == SECTION_GOAL else LINE_CHARS
+    return RecapLine(clip_line(redact(text), limit), ids, section)
+
+
+def _milestone_lines(turns: Sequence[_Turn]) -> list[_Placed]:
+    """Results the assistant stated on the way (tests passing, a push, a file created), from the texts of every
+    goal-bearing turn that are not already quoted (replies, the latest turn's last steps), latest first: each the
+    result sentence and what follows it, up to MILESTONE_CHARS."""
+    quoted = {turn.reply.message_id for turn in turns if turn.reply is not None}
+    if turns:
+        quoted |= {m.message_id for m in turns[-1].texts[-PROGRESS_TEXTS:]}
+    found: list[_Placed] = []
+    for order, turn in reversed(list(enumerate(turns, start=1))):
+        for step in reversed(turn.texts):
+            if step.message_id in quoted or len(found) == MILESTONES:
+                continue
+            sentences = [s for line in prose_lines(step.text) for s in split_sentences(line)]
+            first = next((i for i, sentence in enumerate(sentences) if _RESULT_SENTENCE.search(sentence)), None)
+            if first is not None:
+                text = clip_line(" ".join(sentences[first : first + 2]), MILESTONE_CHARS)
+                found.append(((order, 2), _line(SECTION_OUTCOME, text, (step.message_id,))))
+    return found
 
 
 def _command_lines(collapsed: Sequence[CollapsedMessage]) -> list[_Placed]:
@@ -585,14 +633,15 @@ def _ordered(lines: Sequence[_Placed]) -> list[RecapLine]:
 
 def _fit(session_id: str, candidates: Sequence[_Placed], budget: int) -> list[RecapLine]:
     """Candidates taken in order while the rendered recap stays within the budget; a line already said by a chosen
-    one (the same text, or part of it) is skipped."""
+    one (the same text, or its opening: a command the mid-work end already names) is skipped."""
     chosen: list[_Placed] = []
     used = count_tokens(_render(session_id, []))
     for candidate in candidates:
         if budget - used < _MIN_LINE_TOKENS:
             break
         text = candidate[1].text
-        if count_tokens(text) > budget - used or any(text in line.text for _, line in chosen):
+        said = text.removesuffix("…")[:SAID_CHARS]
+        if count_tokens(text) > budget - used or any(said in line.text for _, line in chosen):
             continue
         trial = [*chosen, candidate]
         tokens = count_tokens(_render(session_id, _ordered(trial)))

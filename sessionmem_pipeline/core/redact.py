@@ -44,7 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "3"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "4"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -167,6 +167,7 @@ _VALUE_PLACEHOLDER = re.compile(
     r"""|(?:\.\.\.|…)$"""  # a shortened example: `sk_test_...`
     r"""|your[-_ ]?(?:[a-z]{1,20}[-_ ]){0,3}(?:key|token|secret|password|pass|pat)"""
     r"""|^replace[-_ ]?(?:me|this)"""  # REPLACE_ME is a blank to fill; `changeme` is a (weak) password
+    r"""|^\[[A-Za-z][A-Za-z _-]{0,40}\]$"""  # `[PASSWORD]`: a bracketed blank, as in docs
     r"""|placeholder|redacted"""
     r"""|(?<![A-Za-z0-9])(?:x{3,400}|X{3,400})(?![A-Za-z0-9])""",  # `rdme_XXXX_XXXX`, `xxxx.atlasv1.xxxx`
     re.IGNORECASE,
@@ -277,8 +278,8 @@ def _is_excluded_value(value: str) -> bool:
 
 def _looks_random(value: str) -> bool:
     """A token-like value: long, no spaces, letters and digits, high character entropy; not a hex digest or UUID."""
-    if len(value) < 16 or not _TOKEN_CHARS.fullmatch(value) or _HEX_OR_UUID.match(value):
-        return False
+    if len(value) < 16 or not _TOKEN_CHARS.fullmatch(value) or _HEX_OR_UUID.match(value) or _DOTTED.fullmatch(value):
+        return False  # `jetbrains.mps.v8_elimination`: a dotted name
     has_digit = any(c.isdigit() for c in value)
     has_alpha = any(c.isalpha() for c in value)
     if not (has_digit and has_alpha):
@@ -313,9 +314,9 @@ def _looks_like_code(value: str, following: str) -> bool:
     return not any(c.isdigit() for c in value) or ("_" in value and value.islower())  # `pw`, `s3_client`
 
 
-_PROSE_WORDS = frozenset(
-    "the a an is are be must should can will your you to of for and or with at in on not this that it "
-    "password token secret key enter invalid".split()
+_PROSE_WORDS = frozenset(  # the words of labels and messages; `value with quotes and spaces` may be a passphrase
+    "the is are be must should can will your you not this that please enter invalid incorrect wrong required "
+    "password token secret key".split()
 )
 
 
@@ -344,12 +345,16 @@ _NOT_SECRET_AFTER = frozenset(
     "enabled required optional hint label prompt placeholder help text message msg error errors description desc "
     "title tooltip caption question location provider source version rotation usage budget counter index idx "
     "strategy validator validation input widget lifetime age manager class method stdin command cmd helper store "
-    "schema model test check strength score reset encoding algorithm alg scheme style color re".split()
+    "schema model test check strength score reset encoding algorithm alg scheme style color re "
+    "sha1 sha256 sha512 md5 bcrypt".split()
 )
 _NOT_SECRET_BEFORE = frozenset(
     "is has show hide use should can allow enable disable require needs validate verify check hash hashed max min "
     "num total page next prev continuation cursor sync public no skip ignore mask masked redact redacted forgot "
     "invalid wrong bad missing empty".split()
+)
+_NOT_SECRET_KEY_QUALIFIERS = frozenset(  # database and storage keys: `bucket_key`, `primaryKey`, `schemaKey`
+    "bucket foreign primary public pub schema sequence partition natural".split()
 )
 _CAMEL_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])|([A-Z]+)([A-Z][a-z])")
 
@@ -377,6 +382,8 @@ def _name_strength(name: str) -> int:
         if part.endswith(_STRONG_SUFFIXES) or (part in _PASSWORD_LAST and index == len(parts) - 1):
             strength = _STRONG
         elif part == "key":
+            if index and parts[index - 1] in _NOT_SECRET_KEY_QUALIFIERS:
+                continue
             strength = _STRONG if index and parts[index - 1] in _KEY_QUALIFIERS else _WEAK
         elif part.endswith("key") and part[:-3] in _KEY_QUALIFIERS:
             strength = _STRONG
@@ -392,11 +399,17 @@ def _name_strength(name: str) -> int:
     return best
 
 
+_ALNUM_ONLY = re.compile(r"[^a-z0-9]")
+
+
 def _names_a_secret(value: str, name: str) -> bool:
     """A value that names a secret instead of being one: `"DELETE_SECRET"`, `"api_token"`, `"challengePassword"`."""
     lowered = value.lower()
     if lowered == name.lower() or lowered in _name_parts(name):
         return True
+    spelled_value, spelled_name = _ALNUM_ONLY.sub("", lowered), _ALNUM_ONLY.sub("", name.lower())
+    if len(spelled_value) >= 6 and (spelled_value in spelled_name or spelled_name in spelled_value):
+        return True  # `KeyMeshing = "id-Gost28147-89-None-KeyMeshing"`: the value spells the name
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
         return False
     parts = _name_parts(value.replace(".", "_"))
@@ -451,11 +464,14 @@ def _accept_xml(m: re.Match[str]) -> bool:
     return _name_strength(m.group("name")) == _STRONG and not _is_excluded_value(m.group("value"))
 
 
+_SEPARATORS = re.compile(r"[-_.]")
 _KIND_FROM_GROUP = ""  # the rule's kind is that of the `_PROVIDER_TOKENS` entry whose group matched
 def _accept_token(m: re.Match[str]) -> bool:
     token = m.group(0)
-    if token in _DOCUMENTED_EXAMPLES or _is_filler(token) or _is_alphabet(token):
-        return False
+    if token in _DOCUMENTED_EXAMPLES or _is_filler(_SEPARATORS.sub("", token)) or _is_alphabet(token):
+        return False  # `xoxp-XXXXXXXXXX-XXXXXXXXXX-…`: filler between separators
+    if _VALUE_PLACEHOLDER.search(token):
+        return False  # `xoxb-your-bot-token`
     kind = _rule_kind(_PROVIDER_RULE, m)
     if kind == "vault-token" and token.startswith("s."):  # legacy `s.` tokens: not `s.AcceptanceTimeoutSeconds`
         return _has_letter_and_digit(m) and not token[2:].isupper() and not token[2:].islower()
@@ -598,6 +614,31 @@ def _is_password_slot(user: str, value: str) -> bool:
     return not _is_blank(value) and not _is_blank(f"{user}:{value}") and value != user
 
 
+def _is_command_password(user: str, value: str) -> bool:
+    """`curl -u user:PASS`: as in a URL, except that a word (`username:password`, `user:token`) is how docs write it."""
+    return _is_password_slot(user, value) and not _VALUE_WORD.match(value)
+
+
+def _has_key_body(m: re.Match[str]) -> bool:
+    """A PEM block with a base64 body; `-----BEGIN … PRIVATE KEY----------END …` is an empty template."""
+    return bool(_KEY_BODY.search(m.group(0)))
+
+
+_KEY_BODY = re.compile(r"[A-Za-z0-9+/]{20}")
+
+
+def _accept_symbol_password(m: re.Match[str]) -> bool:
+    """`db_pass: m{{h}o)p${e]nob(ody…`: a password of symbols whose brackets do not close, as templates' do."""
+    value = m.group("value")
+    return (
+        _is_password_name(m.group("name"))
+        and _name_strength(m.group("name")) == _STRONG
+        and any(c in "([{" for c in value)  # opens a bracket, unlike `(password: string) =>` or `${PW:?missing}`
+        and not _has_balanced_brackets(value)
+        and not _is_excluded_value(value)
+    )
+
+
 _RULES: tuple[_Rule, ...] = (
     _Rule(
         KIND_PRIVATE_KEY,
@@ -606,6 +647,7 @@ _RULES: tuple[_Rule, ...] = (
             r"(?:[\s\S]{0,12000}?-----END[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-----"
             r"|(?:\s|\\n)+[A-Za-z0-9+/=\s\\:,-]{40,12000})"  # a block cut short (trimmed output): its base64 body
         ),
+        accept=_has_key_body,
     ),
     _Rule(
         _KIND_FROM_GROUP,
@@ -660,7 +702,7 @@ _RULES: tuple[_Rule, ...] = (
             r"|(?P<user>[^\s:\"']{1,256}):" + _SHELL_WORD + ")"
         ),
         ("dq_all", "sq_all", "dq", "sq", "bare"),
-        lambda m: _is_password_slot(
+        lambda m: _is_command_password(
             m.group("dq_user") or m.group("sq_user") or m.group("user"), _first_group(m, "dq_all", "sq_all", "dq", "sq", "bare")
         ),
     ),
@@ -684,6 +726,20 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_named_value,
+    ),
+    _Rule(  # if (db_pass !== "PASS"): a literal compared with a secret-named variable is that secret
+        KIND_PASSWORD,
+        re.compile(
+            r"(?<![\w.])(?P<name>[A-Za-z_][\w.]{0,80})[ \t]*(?:===?|!==?)[ \t]*[\"'](?P<value>[^\"'\n]{1,400})[\"']"
+        ),
+        ("value",),
+        _accept_named_value,
+    ),
+    _Rule(  # db_pass: m{{h}o)p${e]nob(ody[finds>-_$#thisone}}, (unquoted, so the value runs to a space)
+        KIND_PASSWORD,
+        re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]{0,80})[ \t]*[:=][ \t]*(?P<value>[^\s\"'`]{5,200}[^\s\"'`,;])(?=[,;]?(?:\s|$))"),
+        ("value",),
+        _accept_symbol_password,
     ),
     _Rule(  # mysql -pPASS
         KIND_PASSWORD,

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sessionmem_pipeline.core.formats.source import parse_timestamp
-from sessionmem_pipeline.core.redact import redact
+from sessionmem_pipeline.core.sanitize import sanitize_text
 from sessionmem_pipeline.providers import Embedder
 from sessionmem_pipeline.stages.discover import MEMORIES_FILE
 from sessionmem_pipeline.warehouse import Warehouse
@@ -46,14 +46,15 @@ def find_memory_files(roots: Sequence[Path], warehouse: Path | None = None) -> l
 def remember(
     warehouse: Path, content: str, *, importance: float | None = None, session_id: str | None = None
 ) -> dict:
-    """Append a memory to the inbox (no lock on the warehouse needed); the next pipeline run indexes it."""
+    """Append a memory, sanitized (private spans out, secrets redacted), to the inbox: no lock on the warehouse
+    needed; readers search the inbox until the next pipeline run indexes it."""
     if not content.strip():
         raise ValueError("a memory needs some content")
     if importance is not None and not 0 <= importance <= 1:
         raise ValueError(f"importance must be between 0 and 1, got {importance}")
     entry = {
         "id": f"mem-{uuid.uuid4().hex[:12]}",
-        "content": content.strip(),
+        "content": sanitize_text(content.strip()),
         "timestamp": datetime.now(UTC).isoformat(),
         "session_id": session_id,
         "importance": importance,
@@ -85,7 +86,7 @@ def parse_memories(path: Path) -> tuple[list[dict], list[str]]:
             memories.append(
                 {
                     "memory_id": str(data.get("id") or f"{path.stem}:L{number}"),
-                    "content": redact(content.strip()),
+                    "content": sanitize_text(content.strip()),
                     "timestamp": parse_timestamp(data.get("timestamp")),
                     "session_id": data.get("session_id"),
                     "importance": float(importance) if isinstance(importance, (int, float)) else None,

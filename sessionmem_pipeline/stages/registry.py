@@ -67,12 +67,15 @@ class Stage:
 
 INGEST = Stage(
     "ingest",
-    6,  # 2: parser changes (recap); 3: privacy exclusions and <private> spans; 4: agent formats, per-session ingest;
-    # 5: too-deep lines skipped, implausible timestamps clamped; 6: OpenCode, Copilot Chat and Cursor parsers
+    7,  # 2: parser changes (recap); 3: privacy exclusions and <private> spans; 4: agent formats, per-session ingest;
+    # 5: too-deep lines skipped, implausible timestamps clamped; 6: OpenCode, Copilot Chat and Cursor parsers;
+    # 7: Claude Code warmup sidechains are no sessions
     ("validation.max_bad_line_share", "privacy.exclude_paths", "privacy.exclude_projects"),
     uses_redaction=True,
 )
-COLLAPSE = Stage("collapse", 2, upstream="ingest")  # 2: OpenCode's filePath/oldString/newString; no empty file names
+COLLAPSE = Stage("collapse", 3, upstream="ingest")
+"""2: OpenCode's filePath/oldString/newString, no empty file names; 3: Codex `shell_command` calls read as shell
+commands."""
 CHUNK = Stage(
     "chunk", 3, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
     uses_llm=True,
@@ -80,7 +83,7 @@ CHUNK = Stage(
 EMBED = Stage("embed", 1, upstream="chunk", uses_embedder=True)
 SUMMARIZE = Stage("summarize", 2, upstream="collapse", uses_embedder=True, uses_llm=True)
 THREADS = Stage("threads", 1, upstream="summarize", per_session=False)
-MEMORIES = Stage("memories", 1, per_session=False, uses_embedder=True)
+MEMORIES = Stage("memories", 2, per_session=False, uses_embedder=True)  # 2: <private> spans removed too
 INDEX = Stage("index", 1, per_session=False)
 
 STAGES: tuple[Stage, ...] = (INGEST, COLLAPSE, CHUNK, EMBED, SUMMARIZE, THREADS, MEMORIES, INDEX)

@@ -242,7 +242,7 @@ def inspect_file(
     if lines == 0:
         warnings.append(f"{path}: no complete line yet; the unfinished last line is left for the next run")
     elif not result.sessions:
-        warnings.append(f"{path}: no messages yet (only {_describe_skipped(result)})")
+        warnings.append(_no_session_warning(path, result))
     return _report(None, (), warnings, format_name, lines, bad), result
 
 
@@ -268,7 +268,7 @@ def _inspect_registered(
     result.lines_read = result.lines_read or messages
     warnings = [str(warning) for warning in result.warnings]
     if not result.sessions:
-        warnings.append(f"{path}: no messages yet (only {_describe_skipped(result)})")
+        warnings.append(_no_session_warning(path, result))
     return _report(None, (), warnings, result.format, messages, 0), result
 
 
@@ -438,6 +438,14 @@ def _binary_reason(data: bytes) -> str | None:
     sample = data[:BINARY_SAMPLE_BYTES].decode("utf-8", errors="replace")
     odd = sum(1 for char in sample if char == "\ufffd" or (char < " " and char not in "\t\n\r\f\b\x1b"))
     return "mostly non-text bytes" if odd > len(sample) * BINARY_ODD_SHARE else None
+
+
+def _no_session_warning(path: str, result: ParseResult) -> str:
+    """Why a valid file yielded no session: skipped on purpose (a warmup sidechain), or nothing but bookkeeping yet."""
+    skipped = result.skipped_sessions()
+    if skipped:
+        return f"{path}: skipped: {', '.join(skipped)}"
+    return f"{path}: no messages yet (only {_describe_skipped(result)})"
 
 
 def _describe_skipped(result: ParseResult) -> str:

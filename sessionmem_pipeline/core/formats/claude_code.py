@@ -22,7 +22,8 @@ What a line becomes (shared/formats/agent-transcripts.md section 1):
 Identity: session_id = `sessionId` (the first one in the file; every line of a file belongs to that session), else the
 path-derived id. A subagent (sidechain) file, `agent-<id>.jsonl` beside the session file (<= 2.0) or
 `<sessionId>/subagents/agent-<id>.jsonl` (2.1), is its own session `<parent sessionId>/<agentId>` with
-parent_session_id set. File order is the order: timestamps go backwards in real files.
+parent_session_id set. A "Warmup" sidechain (2.0.x: the CLI's automatic prompt "Warmup", no task) is no session:
+it yields none and is counted in ParseResult.skipped as "warmup sidechain". File order is the order: timestamps go backwards in real files.
 Message metadata holds the CLI `version` and, for assistant messages, the `model`; the session's model is the last
 real (non-synthetic) model used, and metadata["versions"] lists the CLI versions that wrote the file.
 """
@@ -54,6 +55,7 @@ from sessionmem_pipeline.core.models import (
     KIND_EVENT,
     KIND_INJECTED,
     KIND_MESSAGE,
+    WARMUP_SIDECHAIN,
     ParseResult,
     ParseWarning,
 )
@@ -65,6 +67,7 @@ LINE_TYPES = frozenset(
 SKIPPED_TYPES = frozenset({"progress", "file-history-snapshot", "queue-operation"})
 QUIET_SYSTEM_SUBTYPES = frozenset({"turn_duration", "stop_hook_summary"})
 SYNTHETIC_MODEL = "<synthetic>"
+WARMUP_PROMPT = "Warmup"
 AGENT_FILE = re.compile(r"^agent-(?P<agent>.+)\.jsonl$")
 INTERRUPTED = re.compile(r"^\[Request interrupted by user[^\]]*\]$")
 COMMAND_NAME = re.compile(r"<command-name>(.*?)</command-name>", re.DOTALL)
@@ -116,7 +119,17 @@ class _ClaudeFile:
                 self._warn(line.number, f"{problem}; line skipped")
                 continue
             self._line(line.number, line.data)
+        if self._is_warmup():
+            self.skipped[WARMUP_SIDECHAIN] += 1
+            return build_result(self.ctx.path, FORMAT, [], self.warnings, self.skipped)
         return build_result(self.ctx.path, FORMAT, [self._session()], self.warnings, self.skipped)
+
+    def _is_warmup(self) -> bool:
+        """A subagent whose task is the CLI's automatic "Warmup" prompt (2.0.x starts one per session)."""
+        is_agent = self.sidechain or AGENT_FILE.match(PurePath(self.ctx.path).name) is not None
+        prompts = (m for m in self.messages if m.role == "user" and m.kind == KIND_MESSAGE)
+        first = next(prompts, None)
+        return is_agent and first is not None and "".join(first.texts).strip() == WARMUP_PROMPT
 
     def _warn(self, number: int, reason: str) -> None:
         self.warnings.append(ParseWarning(self.ctx.path, number, reason))
