@@ -1283,9 +1283,10 @@ def keyword_search(
     Documents tied at the cut-off score may differ from a fresh build's (ties are broken by internal keys).
 
     Max-score pruning: a term in more than COMMON_TERM_SHARE of the documents adds at most idf x (k + 1) to any
-    score, so the documents holding a rarer query term are scored first (all terms counted); when the last of
-    the best `limit` outscores what the common terms alone could add up to, no document holding only those can
-    enter, and their long posting lists are never aggregated. Otherwise every posting is scored."""
+    score, so the documents holding a rarer query term are scored first (all terms counted; unscoped searches
+    whose rare terms hold at least `limit` documents); when the last of the best `limit` outscores what the
+    common terms alone could add up to, no document holding only those can enter, and their long posting lists
+    are never aggregated. Otherwise every posting is scored."""
     stems = [row[0] for row in conn.execute(f"SELECT DISTINCT stem(unnest({tokens_sql('?')}), 'porter')", [query]).fetchall()]
     if not stems:
         return []
@@ -1319,7 +1320,7 @@ def keyword_search(
             params,
         ).fetchall()
 
-    if common and rare_postings >= limit:  # fewer documents hold a rare term than asked for: nothing to prune
+    if common and rare_postings >= limit and not scope:  # else few candidates would reach the cut: no gain
         holding_rare = f"AND doc_key IN (SELECT doc_key FROM kw_postings WHERE term_id IN ({', '.join(map(str, rare))}))"
         found = best(holding_rare)
         if len(found) == limit and found[-1][2] >= sum(idf[t] for t in common) * (BM25_K + 1):
