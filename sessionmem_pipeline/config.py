@@ -21,7 +21,7 @@ ENV_PREFIX = "SESSIONMEM_"
 LOCAL_CONFIG_NAME = "sessionmem.toml"
 USER_CONFIG = Path("~/.config/sessionmem/config.toml")
 SECRET_KEYS = frozenset({"embedding.api_key", "llm.api_key"})
-PATH_KEYS = frozenset({"warehouse"})
+PATH_KEYS = frozenset({"warehouse", "staging.path"})
 PATH_LIST_KEYS = frozenset({"sources"})
 PATTERN_LIST_KEYS = frozenset({"privacy.exclude_paths", "privacy.exclude_projects"})  # globs: only `~` expanded
 
@@ -50,10 +50,12 @@ DEFAULTS: dict[str, Any] = {
     "embedding.dimensions": 0,  # 0: the model's own
     "embedding.batch_size": 64,
     "embedding.api_key": None,
+    "embedding.max_in_flight": 4,  # remote embedders: requests sent at once (a remote API is latency-bound)
     "llm.provider": "none",
     "llm.model": "gpt-4o-mini",
     "llm.base_url": None,
     "llm.api_key": None,
+    "staging.path": None,  # where parallel compute steps leave results for the writer; default: beside the warehouse
     "summaries.enabled": True,
     "summaries.idle_minutes": 30,
     "summaries.message_threshold": 20,

@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -104,11 +105,16 @@ class OpenAICompatibleServer:
     native_dimensions: int = 1536
     default_chat_content: str = '{"ok": true}'
     reverse_embedding_order: bool = False
+    latency_seconds: float = 0.0
+    """Added to every reply: a remote API's round trip (benchmarks/scale_out.py), or overlap for tests."""
+    peak_in_flight: int = 0
+    """The most requests the server was answering at the same moment."""
     failing: dict[str, Reply] = field(default_factory=dict)
     """Endpoint -> the reply it gives to every request while set (a server that is down), after the queue."""
     requests: list[RecordedRequest] = field(default_factory=list)
     _queues: dict[str, deque[Reply]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _in_flight: int = 0
     _httpd: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
 
@@ -146,6 +152,18 @@ class OpenAICompatibleServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join()
+
+    def _answer(self, request: RecordedRequest) -> Reply:
+        """The scripted or normal reply, after the configured latency, counting the requests in flight."""
+        with self._lock:
+            self._in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
+        try:
+            time.sleep(self.latency_seconds)
+            return self._record_and_pop(request) or self._normal_reply(request.path, request.body)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     def _record_and_pop(self, request: RecordedRequest) -> Reply | None:
         with self._lock:
@@ -191,7 +209,7 @@ def _handler_for(server: OpenAICompatibleServer) -> type[BaseHTTPRequestHandler]
             except json.JSONDecodeError:
                 body = None
             request = RecordedRequest(path=self.path, headers={k.lower(): v for k, v in self.headers.items()}, body=body, raw=raw)
-            self._send(server._record_and_pop(request) or server._normal_reply(self.path, body))
+            self._send(server._answer(request))
 
         def _send(self, reply: Reply) -> None:
             payload = reply.body

@@ -401,6 +401,13 @@ RULES = [
     ),
     pytest.param(ToolCall("status", {}, "idle"), CATEGORY_META, None, (), id="status-dropped"),
     pytest.param(
+        ToolCall("edit", {"filePath": f"{CWD}/sync/upsert.py", "oldString": "(?)", "newString": "(?) ON CONFLICT"}, ""),
+        CATEGORY_CONSEQUENTIAL,
+        'Edited sync/upsert.py: replaced "(?)" with "(?) ON CONFLICT".',
+        ("sync/upsert.py",),
+        id="edit-opencode-names",
+    ),
+    pytest.param(
         ToolCall("done", {"summary": "Fixed the checkout total"}, "ok"),
         CATEGORY_META,
         "Finished: 'Fixed the checkout total'.",
@@ -444,6 +451,12 @@ def test_a_failing_command_keeps_its_exit_status_and_first_error_line() -> None:
     record = collapse_tool_call(ToolCall("Bash", {"command": "npm test"}, output, is_error=True))
     assert record.line == "Ran `npm test` (exit 2): npm ERR! code ELIFECYCLE"
     assert record.is_error and record.command == "npm test"
+
+
+def test_a_change_that_names_no_file_lists_none() -> None:
+    """An empty file name broke the recap's file list (a tool naming its file under a key not known here)."""
+    for name in ("write", "edit", "MultiEdit"):
+        assert collapse_tool_call(ToolCall(name, {"content": "x"}, "ok"), cwd=CWD).files == ()
 
 
 def test_a_failed_edit_modifies_no_file() -> None:

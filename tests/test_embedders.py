@@ -166,6 +166,43 @@ def test_openai_sends_batches_of_batch_size_and_keeps_order(openai_server: OpenA
     np.testing.assert_allclose(vectors, np.stack([fake_embedding(text, 64) for text in texts]), atol=1e-6)
 
 
+def test_openai_keeps_up_to_max_in_flight_requests_open_and_returns_the_serial_result(
+    openai_server: OpenAICompatibleServer,
+) -> None:
+    openai_server.latency_seconds = 0.2  # long enough that requests sent together overlap at the server
+    texts = [f"message number {index}" for index in range(24)]
+    embedder = OpenAIEmbedder(base_url=openai_server.base_url, dimensions=32, batch_size=2, max_in_flight=4, **FAST)
+
+    vectors = embedder.embed(texts)
+
+    assert 2 <= openai_server.peak_in_flight <= 4
+    assert sorted(tuple(r.body["input"]) for r in openai_server.requests_to(EMBEDDINGS)) == sorted(
+        tuple(texts[start : start + 2]) for start in range(0, 24, 2)
+    )
+    np.testing.assert_allclose(vectors, np.stack([fake_embedding(text, 32) for text in texts]), atol=1e-6)
+
+
+def test_openai_retry_after_pauses_every_request_in_flight(openai_server: OpenAICompatibleServer) -> None:
+    openai_server.enqueue(EMBEDDINGS, Reply.error(429, "slow down", retry_after=0.5))
+    texts = [f"message number {index}" for index in range(8)]
+    embedder = OpenAIEmbedder(base_url=openai_server.base_url, dimensions=16, batch_size=1, max_in_flight=4, **FAST)
+
+    vectors = embedder.embed(texts)
+
+    assert len(openai_server.requests_to(EMBEDDINGS)) == 9  # the one told to wait was sent again
+    np.testing.assert_allclose(vectors, np.stack([fake_embedding(text, 16) for text in texts]), atol=1e-6)
+
+
+def test_openai_concurrent_outage_stops_sending_and_flags_every_text(openai_server: OpenAICompatibleServer) -> None:
+    openai_server.enqueue(EMBEDDINGS, *[Reply.error(503)] * 100)
+    embedder = OpenAIEmbedder(base_url=openai_server.base_url, dimensions=16, batch_size=1, max_in_flight=2, **FAST)
+
+    outcome = embedder.embed_with_failures([f"text {index}" for index in range(40)])
+
+    assert set(outcome.failures) == set(range(40))
+    assert len(openai_server.requests_to(EMBEDDINGS)) < 40 * 3  # batches after the outage was seen were never sent
+
+
 def test_openai_compatible_server_needs_no_key_and_gets_no_dimensions_parameter(
     openai_server: OpenAICompatibleServer,
 ) -> None:

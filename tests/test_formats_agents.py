@@ -1,4 +1,4 @@
-"""Agent formats told by path (Gemini CLI, Aider, ChatGPT/Claude.ai exports, Cline/Roo Code, Cursor): parsers on
+"""Agent formats told by path (Gemini CLI, Aider, ChatGPT/Claude.ai exports, Cline/Roo Code): parsers on
 the fixtures in tests/fixtures/agents (see its PROVENANCE.md), discovery, property tests, and end to end."""
 
 from __future__ import annotations
@@ -230,26 +230,28 @@ def test_discovery_reads_only_registered_files_inside_editor_storage(tmp_path: P
 
 
 def test_a_recognised_unsupported_file_is_skipped_not_quarantined(tmp_path: Path) -> None:
-    database = tmp_path / "Cursor" / "User" / "globalStorage" / "state.vscdb"
+    database = tmp_path / "opencode" / "opencode.db"
     database.parent.mkdir(parents=True)
     database.write_bytes(b"SQLite format 3\x00" + bytes(100))
 
     report, result = inspect_file(str(database), str(tmp_path), database.read_bytes())
 
     assert report.valid and report.quarantine_reason is None
-    assert report.warnings == (f"{database}: skipped: Cursor not supported",)
-    assert result is not None and result.sessions == [] and detect_format(b"", str(database)) == "cursor"
+    assert report.warnings == (f"{database}: skipped: OpenCode 1.2+ (SQLite) not supported",)
+    assert result is not None and result.sessions == [] and detect_format(b"", str(database)) == "opencode_db"
 
 
 def test_init_offers_every_default_location_that_exists(tmp_path: Path) -> None:
     for folder in (".gemini/tmp", ".config/Code/User/globalStorage/saoudrizwan.claude-dev",
+                   ".config/Code/User/workspaceStorage", ".local/share/opencode/storage",
                    "Library/Application Support/Cursor/User/globalStorage",
                    "Library/Application Support/Cursor/User/globalStorage/rooveterinaryinc.roo-cline"):
         (tmp_path / folder).mkdir(parents=True)
 
     roots = [path.relative_to(tmp_path).as_posix() for path in detect_source_roots(tmp_path)]
 
-    assert roots == [".config/Code/User/globalStorage/saoudrizwan.claude-dev", ".gemini/tmp",
+    assert roots == [".config/Code/User/globalStorage/saoudrizwan.claude-dev", ".config/Code/User/workspaceStorage",
+                     ".gemini/tmp", ".local/share/opencode/storage",
                      "Library/Application Support/Cursor/User/globalStorage"]  # the Roo folder is inside Cursor's
 
 
@@ -313,25 +315,34 @@ KNOWN_MESSAGES = [  # (fixture, where it goes under the source root, a query, a 
 ]
 
 
-@pytest.mark.slow
-def test_each_format_is_indexed_searchable_and_recapped(tmp_path: Path) -> None:
+def assert_indexed_searchable_and_recapped(
+    tmp_path: Path, root: Path, formats: set[str], known: list[tuple[str, str]]
+) -> None:
+    """Index the source root; each (query, session id) is found by search and has a recap."""
     from sessionmem_pipeline.client import SessionMemory
     from sessionmem_pipeline.stages.run import index_sources
 
-    root = tmp_path / "sources"
-    for fixture, target, _, _ in KNOWN_MESSAGES:
-        (root / target).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(fixture, root / target)
     flags = {"warehouse": str(tmp_path / "w.duckdb"), "sources": [str(root)], "summaries.enabled": False}
     settings = load_settings(flags=flags, env={}, cwd=tmp_path, home=tmp_path)
 
     report = index_sources(settings)
 
-    assert {"gemini", "aider", "chat_export", "cline"} <= set(report.formats) and not report.quarantined
+    assert formats <= set(report.formats) and not report.quarantined
     memory = SessionMemory(settings=settings)
-    for _, _, query, session_id in KNOWN_MESSAGES:
+    for query, session_id in known:
         assert session_id in {hit.session_id for hit in memory.search(query, limit=5)}, query
         assert memory.recap(session_id=session_id).lines, session_id
+
+
+@pytest.mark.slow
+def test_each_format_is_indexed_searchable_and_recapped(tmp_path: Path) -> None:
+    root = tmp_path / "sources"
+    for fixture, target, _, _ in KNOWN_MESSAGES:
+        (root / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(fixture, root / target)
+
+    known = [(query, session_id) for _, _, query, session_id in KNOWN_MESSAGES]
+    assert_indexed_searchable_and_recapped(tmp_path, root, {"gemini", "aider", "chat_export", "cline"}, known)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from openai_server import EMBEDDINGS, OpenAICompatibleServer, Reply
 
 from sessionmem_pipeline.providers.openai_compat import (
     MalformedResponseError,
+    PauseGate,
     ProviderConfigError,
     RetryPolicy,
     call_with_retries,
@@ -161,3 +162,45 @@ def test_describe_failure_of_an_unreachable_server() -> None:
 def test_retry_policy_rejects_nonsense() -> None:
     with pytest.raises(ProviderConfigError):
         RetryPolicy(max_attempts=0)
+
+
+
+class FakeClock:
+    """Time that moves only when someone sleeps: the gate's waits become a list to assert on."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def gate(self) -> PauseGate:
+        return PauseGate(sleep=self.sleep, clock=lambda: self.now)
+
+
+def test_a_pause_gate_holds_for_the_longest_pause_asked_and_then_lets_everyone_through() -> None:
+    clock = FakeClock()
+    gate = clock.gate()
+    gate.hold(2.0)
+    gate.hold(1.0)  # a shorter pause asked by another request does not shorten the first
+    gate.wait()
+    gate.wait()
+
+    assert clock.slept == [2.0]
+
+
+def test_call_with_retries_through_a_gate_waits_out_retry_after_before_the_next_try(
+    openai_server: OpenAICompatibleServer,
+) -> None:
+    openai_server.enqueue(EMBEDDINGS, Reply.error(429, retry_after=7))
+    clock = FakeClock()
+    client = make_client(base_url=openai_server.base_url, api_key=None, timeout=5, section="embedding")
+
+    call_with_retries(
+        lambda: client.embeddings.create(model="m", input=["x"]), RetryPolicy(backoff_seconds=0.01), gate=clock.gate()
+    )
+
+    assert clock.slept == [7.0]
+    assert len(openai_server.requests_to(EMBEDDINGS)) == 2

@@ -249,14 +249,14 @@ def _finish(call: _Call, attempt: str, done: str, files: tuple[str, ...] = ()) -
     if call.failed:
         error = _unpunctuated(call.error_line)
         return _Outcome(f"Tried to {attempt} (failed{': ' + error if error else ''}).", failed=True)
-    return _Outcome(done, files)
+    return _Outcome(done, tuple(path for path in files if path))  # a call that named no file changed none we know
 
 
 # ---- consequential ---------------------------------------------------------------------------------------------
 
 
 def _write(call: _Call) -> _Outcome:
-    path = call.path("file_path", "path", "filename", "absolute_path")
+    path = call.path("file_path", "filePath", "path", "filename", "absolute_path")
     content = call.input.get("content")
     if not isinstance(content, str):
         content = call.text("contents", "text")
@@ -273,10 +273,10 @@ def _replacement(old: str, new: str, limit: int, every: bool = False) -> str:
 
 
 def _edit(call: _Call) -> _Outcome:
-    path = call.path("file_path", "path", "absolute_path")
+    path = call.path("file_path", "filePath", "path", "absolute_path")  # filePath: OpenCode
     change = _replacement(
-        call.text("old_string", "old_str", "old"),
-        call.text("new_string", "new_str", "new"),
+        call.text("old_string", "old_str", "oldString", "old"),
+        call.text("new_string", "new_str", "newString", "new"),
         QUOTE_CHARS,
         every=call.input.get("replace_all") is True,
     )
@@ -446,7 +446,7 @@ def _read(call: _Call) -> _Outcome:
         shown = [_display_path(str(p), call.cwd) for p in paths]
         names = ", ".join(shown[:5]) + (", …" if len(shown) > 5 else "")
         return _finish(call, f"read {names}", f"Read {_count(len(shown), 'file')}: {names}.", tuple(shown))
-    path = call.path("file_path", "path", "absolute_path", "filename")
+    path = call.path("file_path", "filePath", "path", "absolute_path", "filename")
     result = call.result
     text = result.text if result else ""
     numbers = [int(n) for n in _NUMBERED_LINE.findall(text)]

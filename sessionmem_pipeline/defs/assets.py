@@ -1,7 +1,8 @@
 """The per-session assets and the search index: each one calls its stage function (stages/) and reports metadata.
 
 Asset key = the table it owns. Every asset that writes DuckDB runs in the `duckdb_warehouse` pool (limit 1) and
-takes the same writer lock as `sessionmem index`. A run may cover many partitions (the sensor asks for backfills
+takes the same writer lock as `sessionmem index`; the expensive embedding work is computed before that, outside
+the writer, in pool `sessionmem_compute` (`staged_chunk_vectors`, stages/staging.py). A run may cover many partitions (the sensor asks for backfills
 with a multi-run policy), so assets work over `context.partition_keys`.
 """
 
@@ -13,9 +14,10 @@ from collections.abc import Callable, Iterator
 
 import dagster as dg
 
-from sessionmem_pipeline.defs.partitions import WAREHOUSE_POOL, session_partitions
+from sessionmem_pipeline.defs.partitions import COMPUTE_POOL, WAREHOUSE_POOL, session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
-from sessionmem_pipeline.stages import pipeline
+from sessionmem_pipeline.providers import embedder_from_settings
+from sessionmem_pipeline.stages import pipeline, staging
 from sessionmem_pipeline.stages.discover import scan_sources
 from sessionmem_pipeline.stages.privacy import privacy_rules
 from sessionmem_pipeline.stages.pipeline import StageReport
@@ -26,6 +28,9 @@ from sessionmem_pipeline.warehouse import Warehouse, publish_if_stale, storage_g
 warnings.filterwarnings("ignore", category=dg.BetaWarning)  # backfill_policy is beta in Dagster 1.13
 
 BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=200)
+WRITER_TAGS = {"dagster-celery/queue": "sessionmem_writer"}
+"""On the Celery executor (deploy/) steps that write DuckDB go to the one worker on the warehouse machine."""
+COMPUTE_TAGS = {"dagster-celery/queue": "sessionmem_compute"}
 SENSOR_RUN_TAG = "sessionmem/run_key"
 """Tag on runs a sensor asked for: their summaries follow the due rule; any other run summarizes now."""
 
@@ -37,17 +42,23 @@ def session_asset(**kwargs: object):
         pool=WAREHOUSE_POOL,
         backfill_policy=BACKFILL_POLICY,
         kinds={"duckdb"},
+        op_tags=WRITER_TAGS,
         **kwargs,
     )
 
 
 @contextlib.contextmanager
 def _stage_context(
-    context: dg.AssetExecutionContext, sessionmem: SessionmemResource, *, partitioned: bool = True
+    context: dg.AssetExecutionContext,
+    sessionmem: SessionmemResource,
+    *,
+    partitioned: bool = True,
+    publish: bool = False,
 ) -> Iterator[tuple[StageContext, IndexReport]]:
     """The warehouse under the writer lock, a stage context scoped to the run's partitions, and a report whose
     counts go into the run's row in `runs`. The snapshot is published at the end when this run does not also
-    materialize `search_index` (which publishes), so search sees any materialization with no other click."""
+    materialize `search_index` (which publishes), so search sees any materialization with no other click, and
+    always when `publish` (a compute step downstream reads the snapshot)."""
     settings = sessionmem.settings()
     report = IndexReport(run_id=context.run.run_id)
     started = time.perf_counter()
@@ -74,7 +85,7 @@ def _stage_context(
             record_run(wh, report, started_at, "dagster")
             generation = wh.generation()
             wh.checkpoint()
-        if search_index.key not in (context.run.asset_selection or set()):
+        if publish or search_index.key not in (context.run.asset_selection or set()):
             publish_if_stale(settings.warehouse, generation)
 
 
@@ -142,8 +153,9 @@ def collapsed_messages(context: dg.AssetExecutionContext, sessionmem: Sessionmem
 
 @session_asset(deps=[collapsed_messages], group_name="sessions")
 def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> None:
-    """Exchange chunks with topic tags, decision/action flags and the contextual prefix."""
-    with _stage_context(context, sessionmem) as (ctx, report):
+    """Exchange chunks with topic tags, decision/action flags and the contextual prefix (published at once: the
+    vectors are computed from the snapshot)."""
+    with _stage_context(context, sessionmem, publish=True) as (ctx, report):
         pipeline.chunk(ctx, report)
         for warning in report.warnings:
             context.log.warning(warning)
@@ -154,17 +166,43 @@ def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) ->
         _partition_metadata(context, ctx, report, fields)
 
 
-@session_asset(deps=[chunks], group_name="sessions")
+@dg.asset(
+    partitions_def=session_partitions,
+    pool=COMPUTE_POOL,
+    op_tags=COMPUTE_TAGS,
+    backfill_policy=BACKFILL_POLICY,
+    deps=[chunks],
+    group_name="sessions",
+    kinds={"parquet"},
+)
+def staged_chunk_vectors(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
+    """Vectors of the chunks the published snapshot lacks, computed outside the writer (never opens the live file,
+    so many run at once) into the staging folder (`staging.path`) for `chunk_embeddings` to commit."""
+    settings = sessionmem.settings()
+    outcome = staging.compute_embeddings(settings, list(context.partition_keys), embedder_from_settings(settings))
+    return dg.MaterializeResult(
+        metadata={
+            "sessions": outcome.sessions,
+            "embedded": outcome.embedded,
+            "failed": outcome.failed,
+            "staged": dg.MetadataValue.path(str(outcome.path)) if outcome.path else "nothing to embed",
+        }
+    )
+
+
+@session_asset(deps=[chunks, staged_chunk_vectors], group_name="sessions")
 def chunk_embeddings(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
-    """Vectors of each chunk's contextual content, cached by (model, text hash); failures retried next run."""
+    """Vectors of each chunk's contextual content, committed from the staging files (what they lack is embedded
+    here), cached by (model, text hash); failures retried next run."""
     with _stage_context(context, sessionmem) as (ctx, report):
-        pipeline.embed(ctx, report)
+        computed_in_commit = staging.commit_staged(ctx, report)
         _partition_metadata(context, ctx, report)
     return dg.MaterializeResult(
         metadata={
             "embedded": report.embedded,
             "cached": report.embeddings_cached,
             "failed": report.embedding_failures,
+            "computed_in_commit": computed_in_commit,
         }
     )
 
@@ -181,7 +219,7 @@ def session_summaries(context: dg.AssetExecutionContext, sessionmem: SessionmemR
     return dg.MaterializeResult(metadata={"versions_written": report.summaries_written})
 
 
-@dg.asset(pool=WAREHOUSE_POOL, deps=[session_summaries], group_name="summaries", kinds={"duckdb"})
+@dg.asset(pool=WAREHOUSE_POOL, op_tags=WRITER_TAGS, deps=[session_summaries], group_name="summaries", kinds={"duckdb"})
 def session_threads(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Related sessions linked into threads (summary similarity, shared topics and files, time)."""
     with _stage_context(context, sessionmem, partitioned=False) as (ctx, report):
@@ -190,7 +228,7 @@ def session_threads(context: dg.AssetExecutionContext, sessionmem: SessionmemRes
     return dg.MaterializeResult(metadata={"dagster/row_count": linked, "rebuilt": report.threads is not None})
 
 
-@dg.asset(pool=WAREHOUSE_POOL, group_name="search", kinds={"duckdb"})
+@dg.asset(pool=WAREHOUSE_POOL, op_tags=WRITER_TAGS, group_name="search", kinds={"duckdb"})
 def memories(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Curated memories from the `memories.jsonl` files in the source roots and the inbox, embedded."""
     with _stage_context(context, sessionmem, partitioned=False) as (ctx, report):
@@ -203,6 +241,7 @@ def memories(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) 
 
 @dg.asset(
     pool=WAREHOUSE_POOL,
+    op_tags=WRITER_TAGS,
     deps=[chunk_embeddings, session_summaries, session_threads, memories],
     group_name="search",
     kinds={"duckdb"},
@@ -229,6 +268,7 @@ PIPELINE_ASSETS = [
     raw_messages,
     collapsed_messages,
     chunks,
+    staged_chunk_vectors,
     chunk_embeddings,
     session_summaries,
     session_threads,

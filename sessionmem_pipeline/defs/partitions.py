@@ -9,3 +9,6 @@ import dagster as dg
 
 session_partitions = dg.DynamicPartitionsDefinition(name="session_files")
 WAREHOUSE_POOL = "duckdb_warehouse"
+COMPUTE_POOL = "sessionmem_compute"
+"""Steps that never open the live warehouse (they read the published snapshot and write staging files): many may run
+at once. Set its limit per instance: `dagster instance concurrency set sessionmem_compute 4`."""

@@ -41,6 +41,7 @@ def embedder_from_settings(settings) -> Embedder:
         settings["embedding.dimensions"] or None,
         settings["embedding.api_key"],
         settings["embedding.batch_size"],
+        settings["embedding.max_in_flight"],
     )
 
 

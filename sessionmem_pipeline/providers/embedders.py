@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,7 @@ from sessionmem_pipeline.providers.openai_compat import (
     PROVIDER_FAILURES,
     MalformedResponseError,
     ProviderConfigError,
+    PauseGate,
     RetryPolicy,
     call_with_retries,
     describe_failure,
@@ -93,6 +96,18 @@ class Embedder(ABC):
         remote embedders override this to isolate failed batches.
         """
         return EmbeddingOutcome(self.embed(texts))
+
+
+def vectors_or_raise(outcome: EmbeddingOutcome, texts: Sequence[str]) -> np.ndarray:
+    """`embed` of an embedder that isolates failures: all vectors, or `EmbeddingError` naming what failed."""
+    if outcome.failures:
+        reasons = sorted(set(outcome.failures.values()))
+        raise EmbeddingError(
+            f"{len(outcome.failures)} of {len(texts)} texts could not be embedded: {'; '.join(reasons)}",
+            outcome.failures,
+            texts,
+        )
+    return outcome.vectors
 
 
 def _reject_single_string(texts: Sequence[str]) -> None:
@@ -277,9 +292,11 @@ def _cl100k() -> tiktoken.Encoding:
 class OpenAIEmbedder(Embedder):
     """Embeddings from OpenAI or any OpenAI-compatible server (Ollama, vLLM, LM Studio) via the `openai` package.
 
-    Requests carry `batch_size` texts; a batch that hits a rate limit, a server error, a dropped
-    connection or a garbled reply is retried with exponential backoff (3 tries, spec 001) and then
-    given up, so its texts can be flagged and retried on the next run. A wrong key, model or URL fails
+    Requests carry `batch_size` texts, and up to `max_in_flight` of them are sent at once (a remote API is
+    latency-bound: 8 requests in flight finish a large session about 8x sooner, benchmarks/scale_out.py). A batch
+    that hits a rate limit, a server error, a dropped connection or a garbled reply is retried with exponential
+    backoff (3 tries, spec 001), stretched to the server's Retry-After and shared by every request in flight, and
+    then given up, so its texts can be flagged and retried on the next run. A wrong key, model or URL fails
     at once with `ProviderConfigError`. `dimensions` is sent only to models that accept it
     (text-embedding-3-*); for other models it declares the size the server must return. The API key is
     passed in (the configuration reads the environment); with `base_url` set it may be omitted.
@@ -293,6 +310,7 @@ class OpenAIEmbedder(Embedder):
         api_key: str | None = None,
         dimensions: int | None = None,
         batch_size: int = 128,
+        max_in_flight: int = 1,
         max_attempts: int = 3,
         backoff_seconds: float = 0.5,
         timeout: float = 60.0,
@@ -301,6 +319,8 @@ class OpenAIEmbedder(Embedder):
     ) -> None:
         if not 1 <= batch_size <= _MAX_INPUTS_PER_REQUEST:
             raise ProviderConfigError(f"embedding batch size must be 1..{_MAX_INPUTS_PER_REQUEST}, got {batch_size}")
+        if max_in_flight < 1:
+            raise ProviderConfigError(f"embedding.max_in_flight must be at least 1, got {max_in_flight}")
         known = _OPENAI_MODELS.get(model)
         self.model = model
         self.dimensions = _resolve_dimensions(model, known, dimensions)
@@ -309,9 +329,11 @@ class OpenAIEmbedder(Embedder):
         self.model_id = f"openai:{model}" if native else f"openai:{model}@{self.dimensions}"
         self.max_input_tokens = max_input_tokens or (known.max_input_tokens if known else _UNKNOWN_MODEL_MAX_TOKENS)
         self.batch_size = batch_size
+        self.max_in_flight = max_in_flight
         self._where = base_url or OPENAI_BASE_URL
         self._client = make_client(base_url=base_url, api_key=api_key, timeout=timeout, section="embedding")
         self._retry = RetryPolicy(max_attempts=max_attempts, backoff_seconds=backoff_seconds)
+        self._gate = PauseGate()
         self._give_up_after = give_up_after_failed_batches
 
     def count_model_tokens(self, text: str) -> int:
@@ -319,40 +341,39 @@ class OpenAIEmbedder(Embedder):
         return len(_cl100k().encode(text, disallowed_special=()))
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        outcome = self.embed_with_failures(texts)
-        if outcome.failures:
-            reasons = sorted(set(outcome.failures.values()))
-            raise EmbeddingError(
-                f"{len(outcome.failures)} of {len(texts)} texts could not be embedded: {'; '.join(reasons)}",
-                outcome.failures,
-                texts,
-            )
-        return outcome.vectors
+        return vectors_or_raise(self.embed_with_failures(texts), texts)
 
     def embed_with_failures(self, texts: Sequence[str]) -> EmbeddingOutcome:
-        """Embed batch by batch; a batch still failing after its retries fails alone, the others go on.
+        """Embed batch by batch, `max_in_flight` at a time; a batch still failing after its retries fails alone,
+        the others go on.
 
         After `give_up_after_failed_batches` failed batches in a row the server is taken to be down and
-        the remaining texts are marked failed without more requests, so an outage costs seconds, not
+        the batches not yet sent are marked failed without more requests, so an outage costs seconds, not
         minutes of retries per batch.
         """
         _reject_single_string(texts)
         vectors = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         failures: dict[int, str] = {}
-        failed_in_a_row = 0
-        last_reason = ""
-        for start in range(0, len(texts), self.batch_size):
-            batch = range(start, min(start + self.batch_size, len(texts)))
-            if failed_in_a_row >= self._give_up_after:
-                failures.update(dict.fromkeys(batch, f"not sent after {failed_in_a_row} failed batches: {last_reason}"))
-                continue
+        streak = _FailureStreak(self._give_up_after)
+
+        def send(batch: range) -> None:
+            if (reason := streak.given_up()) is not None:
+                streak.fail(failures, batch, reason, counts=False)
+                return
             try:
-                vectors[start : batch.stop] = self._request(texts[start : batch.stop])
-                failed_in_a_row = 0
+                vectors[batch.start : batch.stop] = self._request(texts[batch.start : batch.stop])
+                streak.succeed()
             except PROVIDER_FAILURES as error:
-                last_reason = self._describe(error)
-                failures.update(dict.fromkeys(batch, last_reason))
-                failed_in_a_row += 1
+                streak.fail(failures, batch, self._describe(error))
+
+        batches = [range(start, min(start + self.batch_size, len(texts))) for start in range(0, len(texts), self.batch_size)]
+        if self.max_in_flight == 1 or len(batches) < 2:
+            for batch in batches:
+                send(batch)
+        else:
+            with ThreadPoolExecutor(min(self.max_in_flight, len(batches)), thread_name_prefix="embed") as pool:
+                for done in [pool.submit(send, batch) for batch in batches]:
+                    done.result()  # a configuration error raised by any request propagates
         return EmbeddingOutcome(vectors, failures)
 
     def _request(self, texts: Sequence[str]) -> np.ndarray:
@@ -367,7 +388,7 @@ class OpenAIEmbedder(Embedder):
             return self._vectors_from(response, len(inputs))
 
         try:
-            return call_with_retries(call, self._retry)
+            return call_with_retries(call, self._retry, gate=self._gate)
         except PROVIDER_FAILURES as error:
             if is_configuration_failure(error):
                 raise ProviderConfigError(self._describe(error)) from error
@@ -396,6 +417,33 @@ class OpenAIEmbedder(Embedder):
 
     def _describe(self, error: BaseException) -> str:
         return describe_failure(error, section="embedding", model=self.model, base_url=self._where)
+
+
+class _FailureStreak:
+    """Failed batches in a row across the requests in flight: past the limit, the server counts as down."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._in_a_row = 0
+        self._last_reason = ""
+        self._lock = threading.Lock()
+
+    def given_up(self) -> str | None:
+        with self._lock:
+            if self._in_a_row < self._limit:
+                return None
+            return f"not sent after {self._in_a_row} failed batches: {self._last_reason}"
+
+    def succeed(self) -> None:
+        with self._lock:
+            self._in_a_row = 0
+
+    def fail(self, failures: dict[int, str], batch: range, reason: str, *, counts: bool = True) -> None:
+        with self._lock:
+            failures.update(dict.fromkeys(batch, reason))
+            if counts:
+                self._in_a_row += 1
+                self._last_reason = reason
 
 
 def _resolve_dimensions(model: str, known: _KnownModel | None, dimensions: int | None) -> int:
@@ -434,6 +482,7 @@ def build_embedder(
     dimensions: int | None = None,
     api_key: str | None = None,
     batch_size: int | None = None,
+    max_in_flight: int = 1,
 ) -> Embedder:
     """The embedder the configuration asks for; an API key alone never switches a provider on."""
     provider = provider.strip().lower()
@@ -455,5 +504,6 @@ def build_embedder(
             api_key=api_key,
             dimensions=dimensions,
             batch_size=batch_size or 128,
+            max_in_flight=max_in_flight,
         )
     raise ProviderConfigError(f"embedding.provider must be 'local' or 'openai', got {provider!r}")

@@ -9,6 +9,7 @@ names the setting to fix.
 from __future__ import annotations
 
 import email.utils
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -82,17 +83,47 @@ def make_client(*, base_url: str | None, api_key: str | None, timeout: float, se
     )
 
 
+class PauseGate:
+    """Shared by the requests one provider has in flight: when the server says wait (429 + Retry-After, or any
+    backoff), every request waits, not just the one that was told, so a rate limit is not hammered N times over."""
+
+    def __init__(self, sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
+        self._sleep, self._clock = sleep, clock
+        self._resume_at = 0.0
+        self._lock = threading.Lock()
+
+    def hold(self, seconds: float) -> None:
+        """No request starts in the next `seconds` (a longer hold already in place stays)."""
+        with self._lock:
+            self._resume_at = max(self._resume_at, self._clock() + seconds)
+
+    def wait(self) -> None:
+        """Return once no hold is in place."""
+        while (remaining := self._resume_at - self._clock()) > 0:
+            self._sleep(remaining)
+
+
 def call_with_retries(
-    call: Callable[[], _T], policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep
+    call: Callable[[], _T],
+    policy: RetryPolicy,
+    sleep: Callable[[float], None] = time.sleep,
+    gate: PauseGate | None = None,
 ) -> _T:
-    """Run `call`, retrying transient failures with backoff; the last error propagates unchanged."""
+    """Run `call`, retrying transient failures with backoff; the last error propagates unchanged. With a `gate`
+    the backoff is shared with the other requests in flight (they pause too)."""
     for attempt in range(1, policy.max_attempts + 1):
+        if gate is not None:
+            gate.wait()
         try:
             return call()
         except Exception as error:
             if attempt == policy.max_attempts or not is_transient(error):
                 raise
-            sleep(policy.delay_after(attempt, error))
+            delay = policy.delay_after(attempt, error)
+            if gate is None:
+                sleep(delay)
+            else:
+                gate.hold(delay)
     raise AssertionError("unreachable: the loop returns or raises")
 
 

@@ -67,12 +67,12 @@ class Stage:
 
 INGEST = Stage(
     "ingest",
-    5,  # 2: parser changes (recap); 3: privacy exclusions and <private> spans; 4: agent formats, per-session ingest;
-    # 5: too-deep lines skipped, implausible timestamps clamped
+    6,  # 2: parser changes (recap); 3: privacy exclusions and <private> spans; 4: agent formats, per-session ingest;
+    # 5: too-deep lines skipped, implausible timestamps clamped; 6: OpenCode, Copilot Chat and Cursor parsers
     ("validation.max_bad_line_share", "privacy.exclude_paths", "privacy.exclude_projects"),
     uses_redaction=True,
 )
-COLLAPSE = Stage("collapse", 1, upstream="ingest")
+COLLAPSE = Stage("collapse", 2, upstream="ingest")  # 2: OpenCode's filePath/oldString/newString; no empty file names
 CHUNK = Stage(
     "chunk", 3, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
     uses_llm=True,

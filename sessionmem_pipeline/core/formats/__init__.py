@@ -30,7 +30,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sessionmem_pipeline.core.formats import aider, chat_export, claude_code, cline, codex, gemini, generic, openai_chat
+from sessionmem_pipeline.core.formats import (
+    aider,
+    chat_export,
+    claude_code,
+    cline,
+    codex,
+    copilot,
+    cursor,
+    gemini,
+    generic,
+    openai_chat,
+    opencode,
+)
 from sessionmem_pipeline.core.formats.registry import ON_DISK, REGISTRY, FormatError, Related, SourceFormat
 from sessionmem_pipeline.core.formats.source import FileContext, JsonLine, clamp_implausible_times, split_jsonl
 from sessionmem_pipeline.core.models import ParseResult, ParseWarning
@@ -62,6 +74,7 @@ _LINE_PROBLEMS: dict[str, Callable[[dict[str, Any]], str | None]] = {
 VSCODE_STORAGE = ("Code/User", "Code - Insiders/User", "VSCodium/User", "Cursor/User", "Windsurf/User")
 LINUX_CONFIG, MACOS_SUPPORT = ".config", "Library/Application Support"
 STORAGES = ("globalStorage", "workspaceStorage")
+OPENCODE_STORAGE = ".local/share/opencode/storage"  # XDG data folder, on macOS too
 
 
 def _editor_folders(*tail: str) -> tuple[str, ...]:
@@ -84,8 +97,21 @@ for _format in (
     ),
     SourceFormat(
         "cursor", "Cursor", ("Cursor/User/globalStorage/state.vscdb", "Cursor/User/workspaceStorage/*/state.vscdb"),
-        None, territory=("globalStorage", "workspaceStorage"), binary=True,
+        cursor.parse, territory=STORAGES, binary=True,
         locations=tuple(f"{base}/Cursor/User/{rest}" for base in (LINUX_CONFIG, MACOS_SUPPORT) for rest in STORAGES),
+    ),
+    SourceFormat(
+        "copilot_chat", "GitHub Copilot Chat",
+        ("chatSessions/*.json", "chatSessions/*.jsonl", "emptyWindowChatSessions/*.json", "emptyWindowChatSessions/*.jsonl"),
+        copilot.parse, territory=STORAGES,
+        locations=_editor_folders("workspaceStorage", "globalStorage/emptyWindowChatSessions"),
+    ),
+    SourceFormat(
+        "opencode", "OpenCode", (opencode.SESSION_PATTERN,), opencode.parse,
+        territory=("opencode",), locations=(OPENCODE_STORAGE,),
+    ),
+    SourceFormat(
+        "opencode_db", "OpenCode 1.2+ (SQLite)", ("opencode/opencode.db",), None, territory=("opencode",), binary=True,
     ),
 ):
     REGISTRY.add(_format)

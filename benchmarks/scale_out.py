@@ -1,0 +1,199 @@
+"""Embedding outside the single writer (issue 21): parallel compute steps against a remote-like embedding API.
+
+    .venv/bin/python benchmarks/scale_out.py [--sessions 24] [--latency 0.3] [--workers 1,2,4] [--json]
+
+N equal-sized synthetic Claude Code sessions are ingested and chunked once (Dagster, one run). The embedding
+server is the tests' OpenAI-compatible server on 127.0.0.1 with a fixed latency per request (300 ms: a remote API's
+round trip), batch_size 4. Two tables:
+- one worker (`compute_embeddings` in this process) with 1 vs 8 requests in flight;
+- the Dagster path: a real instance (DAGSTER_HOME with this repo's dagster.yaml), the pool limit set with
+  `dagster instance concurrency set sessionmem_compute K`, four runs of `staged_chunk_vectors` (a quarter of the
+  partitions each, one request in flight) launched at once in separate processes, then one `chunk_embeddings`
+  run commits everything. `compute s` is first start to last end of the four runs (process start-up excluded,
+  pool waits included); `commit s` the writer's run; the final chunk_embeddings are compared with K=1's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+from indexing import session_lines  # noqa: E402  (benchmarks/indexing.py: the synthetic transcript writer)
+from openai_server import OpenAICompatibleServer  # noqa: E402  (tests/openai_server.py)
+
+RUNS = 4
+CHILD = """
+import json, os, sys, time
+import dagster as dg
+from sessionmem_pipeline.defs.assets import staged_chunk_vectors
+from sessionmem_pipeline.defs.resources import SessionmemResource
+config, keys, go = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+instance = dg.DagsterInstance.get()
+resources = {"sessionmem": SessionmemResource(config_file=config)}
+print("ready", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.01)
+started = time.time()
+result = dg.materialize([staged_chunk_vectors], instance=instance, resources=resources,
+    tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+print(json.dumps({"started": started, "ended": time.time(), "success": result.success}), flush=True)
+"""
+
+
+def write_sessions(root: Path, count: int, messages: int = 80) -> None:
+    """N sessions of the same size (same message count, same sentence lengths), one project each."""
+    rng = random.Random(5)
+    for n in range(count):
+        folder = root / f"-home-dev-project-{n}"
+        folder.mkdir(parents=True)
+        lines = session_lines(rng, messages, datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=n), f"project-{n}")
+        (folder / f"s{n:04d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_config(path: Path, warehouse: Path, sources: Path, base_url: str, in_flight: int) -> Path:
+    path.write_text(
+        f'warehouse = "{warehouse}"\nsources = ["{sources}"]\n[summaries]\nenabled = false\n'
+        f'[embedding]\nprovider = "openai"\nbase_url = "{base_url}"\nmodel = "text-embedding-3-small"\n'
+        f"dimensions = 64\nbatch_size = 4\nmax_in_flight = {in_flight}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def vectors_digest(warehouse: Path) -> str:
+    from sessionmem_pipeline.warehouse import Warehouse
+
+    with Warehouse(warehouse) as wh:
+        rows = wh.conn.execute("SELECT chunk_id, text_hash, embedding FROM chunk_embeddings ORDER BY chunk_id").fetchall()
+    return hashlib.md5(repr(rows).encode()).hexdigest()[:12]
+
+
+def one_worker(config: Path, sessions: int, in_flight_options: list[int]) -> list[dict]:
+    """`compute_embeddings` over every partition in this process, with N requests in flight."""
+    from sessionmem_pipeline.config import load_settings
+    from sessionmem_pipeline.providers import embedder_from_settings
+    from sessionmem_pipeline.stages.staging import compute_embeddings, staging_folder
+
+    rows = []
+    for in_flight in in_flight_options:
+        settings = load_settings(config, env={}).with_overrides({"embedding.max_in_flight": in_flight})
+        started = time.perf_counter()
+        outcome = compute_embeddings(settings, None, embedder_from_settings(settings))
+        seconds = time.perf_counter() - started
+        shutil.rmtree(staging_folder(settings))
+        rows.append({"in_flight": in_flight, "texts": outcome.embedded, "seconds": seconds, "sessions_per_s": sessions / seconds})
+    for row in rows:
+        row["speedup"] = rows[0]["seconds"] / row["seconds"]
+    return rows
+
+
+def dagster_workers(base: Path, template: Path, config: Path, keys: list[str], workers: int) -> dict:
+    """Four compute runs at once under pool limit `workers`, then the one commit run."""
+    import dagster as dg
+
+    from sessionmem_pipeline.defs.assets import chunk_embeddings
+    from sessionmem_pipeline.defs.resources import SessionmemResource
+
+    warehouse_dir = base / "warehouse"
+    shutil.rmtree(warehouse_dir, ignore_errors=True)
+    shutil.copytree(template, warehouse_dir)
+    env = {**os.environ, "DAGSTER_HOME": str(base / "dagster_home")}
+    subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "instance", "concurrency", "set", "sessionmem_compute", str(workers)],
+        env=env, check=True, capture_output=True,
+    )
+    go = base / f"go-{workers}"
+    slices = [keys[i::RUNS] for i in range(RUNS)]
+    children = [
+        subprocess.Popen([sys.executable, "-c", CHILD, str(config), json.dumps(sorted(part)), str(go)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for part in slices
+    ]
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    go.touch()
+    results = [json.loads(child.communicate()[0].strip().splitlines()[-1]) for child in children]
+    assert all(r["success"] for r in results)
+    compute = max(r["ended"] for r in results) - min(r["started"] for r in results)
+    instance = dg.DagsterInstance.get()
+    started = time.perf_counter()
+    commit = dg.materialize([chunk_embeddings], instance=instance,
+                            resources={"sessionmem": SessionmemResource(config_file=str(config))},
+                            tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+    commit_seconds = time.perf_counter() - started
+    metadata = commit.get_asset_materialization_events()[0].materialization.metadata
+    return {"workers": workers, "compute_s": compute, "commit_s": commit_seconds,
+            "computed_in_commit": metadata["computed_in_commit"].value,
+            "sessions_per_s": len(keys) / (compute + commit_seconds),
+            "vectors": vectors_digest(warehouse_dir / "w.duckdb")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=24)
+    parser.add_argument("--latency", type=float, default=0.3)
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="scale-out-"))
+    home = base / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    os.environ["DAGSTER_HOME"] = str(home)
+
+    import dagster as dg
+
+    from sessionmem_pipeline.defs.assets import chunks, collapsed_messages, raw_messages
+    from sessionmem_pipeline.defs.partitions import session_partitions
+    from sessionmem_pipeline.defs.resources import SessionmemResource
+    from sessionmem_pipeline.stages.discover import discover
+
+    sources = base / "sources"
+    write_sessions(sources, args.sessions)
+    with OpenAICompatibleServer(latency_seconds=args.latency) as server:
+        template = base / "template"
+        template.mkdir()
+        config = write_config(base / "sessionmem.toml", base / "warehouse" / "w.duckdb", sources, server.base_url, 1)
+        prepare = write_config(base / "prepare.toml", template / "w.duckdb", sources, server.base_url, 1)
+        keys = sorted(f.partition_key for f in discover([sources]))
+        instance = dg.DagsterInstance.get()
+        instance.add_dynamic_partitions(session_partitions.name, keys)
+        dg.materialize([raw_messages, collapsed_messages, chunks], instance=instance,
+                       resources={"sessionmem": SessionmemResource(config_file=str(prepare))},
+                       tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+        single = one_worker(prepare, args.sessions, [1, 8])
+        runs = [dagster_workers(base, template, config, keys, int(k)) for k in args.workers.split(",")]
+        requests = len(server.requests)
+    for row in runs:
+        row["speedup"] = (runs[0]["compute_s"] + runs[0]["commit_s"]) / (row["compute_s"] + row["commit_s"])
+        row["same_as_first"] = row["vectors"] == runs[0]["vectors"]
+    shutil.rmtree(base, ignore_errors=True)
+    if args.json:
+        print(json.dumps({"one_worker": single, "dagster": runs, "requests": requests}, indent=2))
+        return
+    print(f"{args.sessions} sessions, {single[0]['texts']} chunk texts, {args.latency * 1000:.0f} ms per request, batch 4")
+    print("\none worker (compute_embeddings)\n| in flight | seconds | sessions/s | speedup |\n|---|---|---|---|")
+    for row in single:
+        print(f"| {row['in_flight']} | {row['seconds']:.1f} | {row['sessions_per_s']:.2f} | {row['speedup']:.1f}x |")
+    print("\nDagster: 4 compute runs at once, pool sessionmem_compute = K, 1 request in flight each; then one commit run")
+    print("| K | compute s | commit s | sessions/s | speedup | embedded in commit | vectors = K1's |\n|---|---|---|---|---|---|---|")
+    for row in runs:
+        print(f"| {row['workers']} | {row['compute_s']:.1f} | {row['commit_s']:.1f} | {row['sessions_per_s']:.2f} | "
+              f"{row['speedup']:.1f}x | {row['computed_in_commit']} | {row['same_as_first']} |")
+
+
+if __name__ == "__main__":
+    main()
