@@ -80,7 +80,7 @@ CHUNK = Stage(
     "chunk", 3, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
     uses_llm=True,
 )
-EMBED = Stage("embed", 1, upstream="chunk", uses_embedder=True)
+EMBED = Stage("embed", 2, upstream="chunk", uses_embedder=True)
 SUMMARIZE = Stage("summarize", 2, upstream="collapse", uses_embedder=True, uses_llm=True)
 THREADS = Stage("threads", 1, upstream="summarize", per_session=False)
 MEMORIES = Stage("memories", 2, per_session=False, uses_embedder=True)  # 2: <private> spans removed too
