@@ -238,9 +238,8 @@ def summarize(ctx: StageContext, report: StageReport) -> None:
             message_threshold=ctx.settings["summaries.message_threshold"],
         )
         settled = {r["session_id"] for r in rows if r["unsummarized"] == 0}  # no new version, just recorded
-        changed_key = {
-            s for s in work if (row := ctx.wh.stage_row(SUMMARIZE.name, s)) and row["stage_key"] != ctx.keys["summarize"]
-        }
+        recorded = ctx.wh.stage_inputs(SUMMARIZE.name, list(work))
+        changed_key = {s for s, (_, key) in recorded.items() if key != ctx.keys[SUMMARIZE.name]}
         chosen = {r["session_id"] for r in ready} | settled | changed_key
         work = {s: fp for s, fp in work.items() if s in chosen}
     if not work:
