@@ -47,9 +47,10 @@ from sessionmem_pipeline.core.models import (
     content_hash,
 )
 from sessionmem_pipeline.core.redact import redact
+from sessionmem_pipeline.core.reported import reported
 from sessionmem_pipeline.core.textrank import textrank, tfidf_rows
 from sessionmem_pipeline.core.tokens import count_tokens, truncate_to_tokens
-from sessionmem_pipeline.core.topics import keyword_topics, usable_tags
+from sessionmem_pipeline.core.topics import keyword_topics, spoken_form, usable_tags
 
 EXTRACTIVE_MODEL = "extractive-v2"
 """The `model` of offline summaries; a change to the extractive algorithm gets a new name."""
@@ -473,14 +474,15 @@ class _Sentence:
     """A candidate key point: one sentence, where it came from, and its terms."""
 
     order: int  # position in the summarized stretch; earlier summaries' key points come first (negative)
-    speaker: str  # "" for a key point carried over, which already names its speaker
     text: str
     terms: tuple[str, ...]
+    display: str  # as the summary shows it: `_statement` of the sentence, or a carried-over key point as it was
 
-    @property
-    def display(self) -> str:
-        text = _clip_words(self.text, QUOTE_WORDS)
-        return f"{self.speaker}: {text}" if self.speaker else text
+
+def _statement(speaker: str, sentence: str, speakers: Sequence[str]) -> str:
+    """A sentence as a summary item: told in the third person about its speaker (`core.reported`), clipped."""
+    text = _clip_words(sentence, QUOTE_WORDS)
+    return reported(speaker, text, [other for other in speakers if other != speaker]) or f"{speaker}: {text}"
 
 
 _LABEL = re.compile(r"^[^:\n]{1,40}:\s+")
@@ -489,7 +491,7 @@ _LABEL = re.compile(r"^[^:\n]{1,40}:\s+")
 def _carried_over(key_points: Sequence[str]) -> list[_Sentence]:
     """An earlier summary's key points, as candidates that compete with the new sentences."""
     return [
-        _Sentence(order=index - len(key_points), speaker="", text=point, terms=_terms(_LABEL.sub("", point)))
+        _Sentence(order=index - len(key_points), text=point, terms=_terms(_LABEL.sub("", point)), display=point)
         for index, point in enumerate(key_points)
     ]
 
@@ -613,7 +615,10 @@ def _extractive_content(
         topics=topics,
         decisions=decisions,
         key_points=_key_points(
-            parts, previous, taken=quoted | {_REPLY_CONTEXT.sub("", d) for d in decisions} | set(open_items)
+            parts,
+            previous,
+            taken=quoted | {_REPLY_CONTEXT.sub("", d) for d in decisions} | set(open_items),
+            speakers=stretch.speakers,
         ),
         open_items=open_items,
     )
@@ -624,7 +629,9 @@ def _keyword_topics(stretch: _Stretch) -> tuple[str, ...]:
     return tuple(keyword_topics(stretch.transcript, max_topics=MAX_TOPICS, exclude=stretch.speakers))
 
 
-def _key_points(parts: Sequence[Sequence[_Piece]], previous: SessionSummary | None, taken: set[str]) -> tuple[str, ...]:
+def _key_points(
+    parts: Sequence[Sequence[_Piece]], previous: SessionSummary | None, taken: set[str], speakers: Sequence[str]
+) -> tuple[str, ...]:
     """Map: the most central sentences of each part. Reduce: the most central among those (and the previous
     summary's key points), in transcript order. Sentences already in the overview, the decisions or the open
     items (`taken`) are left out: each section says something new."""
@@ -637,7 +644,8 @@ def _key_points(parts: Sequence[Sequence[_Piece]], previous: SessionSummary | No
                 continue
             for text in _sentences(_prose(piece.text, piece.message.tools)):
                 order += 1
-                sentence = _Sentence(order, piece.message.speaker, text, _terms(text))
+                shown = _statement(piece.message.speaker, text, speakers)
+                sentence = _Sentence(order, text, _terms(text), shown)
                 if len(sentence.terms) >= 2 and text not in taken and sentence.display not in taken:
                     sentences.append(sentence)
         part_candidates.append(sentences)
@@ -753,7 +761,7 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
     sentences it quoted, which key points then skip."""
     usage = stretch.usage
     worked = usage.call_count > 0
-    about = _join([topic.replace("-", " ") for topic in topics[:3]])
+    about = _join([spoken_form(topic, stretch.transcript) for topic in topics[:3]])
     if continued:
         clause = "the session continued" + (f" with {about}" if about else "")
     else:
@@ -767,8 +775,11 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
     opener = _opener(stretch.messages)
     if opener is not None:
         quote = _quote(_substance(opener), requests_first=True, names=stretch.speakers)
-        said = "asked" if _asks(quote, worked) else "said"
-        sentences.append(f"{opener.speaker} {said}: {_quoted(quote, _sentences(_substance(opener)))}")
+        if worked:  # the request an agent worked on, in the person's words
+            said = "asked" if _asks(quote, worked) else "said"
+            sentences.append(f"{opener.speaker} {said}: {_quoted(quote, _sentences(_substance(opener)))}")
+        else:  # a conversation: what its opener said, told about them
+            sentences += [_statement(opener.speaker, sentence, stretch.speakers) for sentence in quote]
         quoted.update(quote)
     if worked:
         worker = next((m.speaker for m in stretch.messages if m.tools), "The assistant")
@@ -816,7 +827,7 @@ def _decisions(messages: Sequence[CollapsedMessage], speakers: Sequence[str]) ->
         for index, sentence in enumerate(sentences):
             if not has_decision(sentence) or not set(_terms(sentence)) - names:
                 continue
-            item = f"{message.speaker}: {_clip_words(sentence, QUOTE_WORDS)}"
+            item = _statement(message.speaker, sentence, speakers)
             context = sentences[index - 1] if index else _context(before)
             if len(sentence.split()) < 6 and context:
                 item += f' (re: "{_clip_words(context, 25)}")'
@@ -876,7 +887,7 @@ def _open_items(stretch: _Stretch) -> tuple[str, ...]:
             if _is_question(sentence) or changed_later:
                 continue
             if _PENDING.search(sentence) or (_FUTURE.search(sentence) and has_action(sentence)):
-                items.append(f"{message.speaker}: {_clip_words(sentence, QUOTE_WORDS)}")
+                items.append(_statement(message.speaker, sentence, stretch.speakers))
     if talk and talk[-1].role == "assistant":
         questions = [s for s in _sentences(_substance(talk[-1])) if _is_question(s) and len(_terms(s)) >= 2]
         if questions:
