@@ -566,23 +566,13 @@ _REDUNDANT = 0.5  # cosine similarity above which a sentence repeats one already
 
 
 def _rank(candidates: Sequence[_Sentence], limit: int) -> list[_Sentence]:
-    """The `limit` most central candidates, skipping near-repeats; best first.
-
-    Short sentences and questions are discounted: a key point is a statement with content.
-    """
+    """The `limit` most central candidates, skipping near-repeats; best first. Short sentences are discounted:
+    a key point is a statement with content (questions are no candidates at all)."""
     if not candidates or limit <= 0:
         return []
     vectors = tfidf_rows([candidate.terms for candidate in candidates])
     centrality = textrank(vectors) * len(candidates)  # mean 1
-    scores = [
-        round(
-            float(centrality[i])
-            * min(1.0, len(c.terms) / 5)
-            * (0.5 if _is_question(c.text) else 1.0),
-            9,
-        )
-        for i, c in enumerate(candidates)
-    ]
+    scores = [round(float(centrality[i]) * min(1.0, len(c.terms) / 5), 9) for i, c in enumerate(candidates)]
     chosen: list[int] = []
     for index in sorted(range(len(candidates)), key=lambda i: (-scores[i], candidates[i].order)):
         if any(float(vectors[index] @ vectors[other]) > _REDUNDANT for other in chosen):
@@ -646,8 +636,9 @@ def _key_points(
                 order += 1
                 shown = _statement(piece.message.speaker, text, speakers)
                 sentence = _Sentence(order, text, _terms(text), shown)
-                if len(sentence.terms) >= 2 and text not in taken and sentence.display not in taken:
-                    sentences.append(sentence)
+                if _is_question(text) or len(sentence.terms) < 2 or text in taken or shown in taken:
+                    continue
+                sentences.append(sentence)
         part_candidates.append(sentences)
     total = sum(len(sentences) for sentences in part_candidates)
     carried = _carried_over(previous.key_points) if previous else []
@@ -756,12 +747,19 @@ def _opener(messages: Sequence[CollapsedMessage]) -> CollapsedMessage | None:
     return next(telling, users[0] if users else None)
 
 
+def _recurs(topic: str, stretch: _Stretch) -> bool:
+    """Whether a topic came up in more than one message: in a short chat, one mention is no subject of the
+    whole (and the topic tags are listed beside the overview anyway)."""
+    words = set(topic.split("-"))
+    return sum(words <= set(_terms(message.text)) for message in stretch.messages) >= 2
+
+
 def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued: bool) -> tuple[str, set[str]]:
     """Who talked or worked on what and when; the first request; the work done; the last report. Also the
     sentences it quoted, which key points then skip."""
     usage = stretch.usage
     worked = usage.call_count > 0
-    about = _join([spoken_form(topic, stretch.transcript) for topic in topics[:3]])
+    about = _join([spoken_form(topic, stretch.transcript) for topic in topics[:3] if _recurs(topic, stretch)])
     if continued:
         clause = "the session continued" + (f" with {about}" if about else "")
     else:
