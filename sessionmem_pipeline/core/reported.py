@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 # Interjections and fillers that open a chat sentence without adding to it ("Sure, ...", "Oh well, ...").
 _OPENER = re.compile(
-    r"^(?:(?:hey|hi|hello|oh|ohh|ok|okay|k|well|yeah|yes|yep|yup|yea|sure|so|lol|haha+|hehe+|hmm+|um+|uh+|ah+|"
+    r"^(?:(?:hey|hi|hello|good\s+(?:morning|afternoon|evening)|morning|evening|oh|ohh|ok|okay|k|well|yeah|yes|yep|yup|yea|sure|so|lol|haha+|hehe+|hmm+|um+|uh+|ah+|"
     r"aw+|wow|omg|ugh|urgh|ahh|ooh|btw|anyway|anyways|alright|right|cool|great|nice|thanks|thx|"
     r"thank\s+you|sorry|dear|honey|babe|guys|man|dude|mate|and|but|also|actually|honestly|just|please|pls)"
     r"\b[\s,.!:;-]*)+",
@@ -23,7 +23,8 @@ _OPENER = re.compile(
 )
 # Emoticons, emoji, laughter and attachment tags anywhere in the sentence.
 _NOISE = re.compile(
-    r"(?:^|(?<=\s))(?:[:;=xX8][-o']?[)(DPpOo3/\\|*\]\[]+|<3+|\^\^|xD+|XD+)(?=\s|$|[.,!?])"
+    r"(?:(?:^|(?<=\s))(?:[=xX8][-o']?[)(DPpOo3/\\|*\]\[]+|<3+|\^\^|xD+|XD+)|[:;][-o']?[)(DPpOo3/\\|*\]\[]+)"
+    r"(?=\s|$|[.,!?])"
     r"|\b(?:lol+|lmao|rofl|haha+|hahaha\w*|hehe+|xoxo)\b"
     r"|<\/?[a-z][\w-]*\/?>"
     r"|[\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F]",

@@ -485,6 +485,22 @@ def _statement(speaker: str, sentence: str, speakers: Sequence[str]) -> str:
     return reported(speaker, text, [other for other in speakers if other != speaker]) or f"{speaker}: {text}"
 
 
+def _statements(speaker: str, sentences: Sequence[str], speakers: Sequence[str]) -> str:
+    """Consecutive sentences of one speaker told about them, as one passage: greetings and other chat noise
+    left out, and the "Priya: " label written once for a run of sentences that need it."""
+    label = f"{speaker}: "
+    passage: list[str] = []
+    labelled = False  # whether the sentence before carried the label
+    for sentence in sentences:
+        told = reported(speaker, _clip_words(sentence, QUOTE_WORDS), [s for s in speakers if s != speaker])
+        if not told:
+            continue
+        needs_label = told.startswith(label)
+        passage.append(told[len(label) :] if needs_label and labelled else told)
+        labelled = needs_label
+    return " ".join(passage)
+
+
 _LABEL = re.compile(r"^[^:\n]{1,40}:\s+")
 
 
@@ -767,7 +783,10 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
         verb = "worked on" if worked else "wrote about" if len(stretch.speakers) == 1 else "talked about"
         clause = f"{who} {verb} {about}" if about else f"{who} {verb.split()[0]}"
     when = _when(stretch.messages)
-    sentences = [_sentence_case(f"{when}, {clause}." if when else f"{clause}.")]
+    # "Ann and Bob talked." says only who, and the statements of a two-person chat name both: left out
+    says_more = when or about or worked or continued or len(stretch.speakers) > 2
+    heading = _sentence_case(f"{when}, {clause}." if when else f"{clause}.")
+    sentences = [heading] if says_more else []
     quoted: set[str] = set()
 
     opener = _opener(stretch.messages)
@@ -777,7 +796,7 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
             said = "asked" if _asks(quote, worked) else "said"
             sentences.append(f"{opener.speaker} {said}: {_quoted(quote, _sentences(_substance(opener)))}")
         else:  # a conversation: what its opener said, told about them
-            sentences += [_statement(opener.speaker, sentence, stretch.speakers) for sentence in quote]
+            sentences.append(_statements(opener.speaker, quote, stretch.speakers))
         quoted.update(quote)
     if worked:
         worker = next((m.speaker for m in stretch.messages if m.tools), "The assistant")
@@ -796,7 +815,7 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
             quote = _quote(_substance(report), requests_first=False)[:2]
             sentences.append(f"{report.speaker} last reported: {_quoted(quote, _sentences(_substance(report)))}")
             quoted.update(quote)
-    return " ".join(sentences), quoted
+    return " ".join(sentences) or heading, quoted
 
 
 # ---- decisions and open items ---------------------------------------------------------------------------------
