@@ -52,9 +52,9 @@ from sessionmem_pipeline.core.textrank import textrank, tfidf_rows
 from sessionmem_pipeline.core.tokens import count_tokens, truncate_to_tokens
 from sessionmem_pipeline.core.topics import keyword_topics, spoken_form, usable_tags
 
-EXTRACTIVE_MODEL = "extractive-v2"
+EXTRACTIVE_MODEL = "extractive-v3"
 """The `model` of offline summaries; a change to the extractive algorithm gets a new name."""
-SUMMARY_VERSION = "summary-v2"
+SUMMARY_VERSION = "summary-v3"
 """Part of every input hash: change it whenever prompts or output change, so old summaries are redone."""
 DEFAULT_MAX_INPUT_TOKENS = 6000
 MIN_INPUT_TOKENS = 200
@@ -485,19 +485,24 @@ def _statement(speaker: str, sentence: str, speakers: Sequence[str]) -> str:
     return reported(speaker, text, [other for other in speakers if other != speaker]) or f"{speaker}: {text}"
 
 
-def _statements(speaker: str, sentences: Sequence[str], speakers: Sequence[str]) -> str:
-    """Consecutive sentences of one speaker told about them, as one passage: greetings and other chat noise
-    left out, and the "Priya: " label written once for a run of sentences that need it."""
+def _statements(speaker: str, sentences: Sequence[str], speakers: Sequence[str], source: Sequence[str]) -> str:
+    """Sentences of one speaker's message (`source`) told about them, as one passage: greetings and other chat
+    noise left out, "…" where sentences of the message were skipped between two, and the "Priya: " label
+    written once for a run of sentences that need it."""
     label = f"{speaker}: "
     passage: list[str] = []
     labelled = False  # whether the sentence before carried the label
+    before = ""
     for sentence in sentences:
         told = reported(speaker, _clip_words(sentence, QUOTE_WORDS), [s for s in speakers if s != speaker])
         if not told:
             continue
+        if passage and not _follows(source, before, sentence):
+            passage.append("…")
+            labelled = False
         needs_label = told.startswith(label)
         passage.append(told[len(label) :] if needs_label and labelled else told)
-        labelled = needs_label
+        labelled, before = needs_label, sentence
     return " ".join(passage)
 
 
@@ -796,7 +801,7 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
             said = "asked" if _asks(quote, worked) else "said"
             sentences.append(f"{opener.speaker} {said}: {_quoted(quote, _sentences(_substance(opener)))}")
         else:  # a conversation: what its opener said, told about them
-            sentences.append(_statements(opener.speaker, quote, stretch.speakers))
+            sentences.append(_statements(opener.speaker, quote, stretch.speakers, _sentences(_substance(opener))))
         quoted.update(quote)
     if worked:
         worker = next((m.speaker for m in stretch.messages if m.tools), "The assistant")
