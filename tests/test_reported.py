@@ -25,7 +25,8 @@ from sessionmem_pipeline.core.reported import reported
         ("Cathy", "I left my sunglasses at yours", ["Broke"], "Cathy left Cathy's sunglasses at Broke's"),
         # "you" stays when more than one person could be meant
         ("Anna", "I'd love to see you all", ["Mia", "Tom"], "Anna would love to see you all"),
-        # not about the speaker: labelled; a negation is no filler
+        # not about the speaker: labelled; an answer keeps its assent, a negation is no filler
+        ("Paul", "yes, 1 person", ["Luke"], "Paul: Yes, 1 person"),
         ("Leo", "No, thanks", ["Beatrice"], "Leo: No, thanks"),
         ("Amanda", "He called her last time", ["Hannah"], "Amanda: He called her last time"),
         # a question keeps its words

@@ -13,19 +13,22 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-# Interjections and fillers that open a chat sentence without adding to it ("Sure, ...", "Oh well, ...").
-_OPENER = re.compile(
-    r"^(?:(?:hey|hi|hello|good\s+(?:morning|afternoon|evening)|morning|evening|oh|ohh|ok|okay|k|well|yeah|yes|yep|yup|yea|sure|so|lol|haha+|hehe+|hmm+|um+|uh+|ah+|"
-    r"aw+|wow|omg|ugh|urgh|ahh|ooh|btw|anyway|anyways|alright|right|cool|great|nice|thanks|thx|"
-    r"thank\s+you|sorry|dear|honey|babe|guys|man|dude|mate|and|but|also|actually|honestly|just|please|pls)"
-    r"\b[\s,.!:;-]*)+",
-    re.IGNORECASE,
+# Interjections, greetings and fillers that open a chat sentence without adding to it ("Oh well, ...").
+_FILLERS = (
+    r"hey|hi|hello|good\s+(?:morning|afternoon|evening)|morning|evening|oh+|well|so|lol|ha(?:\s*ha)+|hehe+|hmm+|"
+    r"um+|uh+|ah+|aw+|wow|omg|ugh|urgh|ooh|btw|anyway|anyways|dear|honey|babe|guys|man|dude|mate|and|but|also|"
+    r"actually|honestly|just|please|pls"
 )
+# Assent, thanks and apology: an answer ("yes, option B") unless the speaker goes on about themselves
+# ("sure, I'll send it" says the assent again).
+_ASSENT = r"ok|okay|k|yeah|yes|yep|yup|yea|sure|alright|right|cool|great|nice|thanks|thx|thank\s+you|sorry"
+_FILLER_OPENER = re.compile(rf"^(?:(?:{_FILLERS})\b[\s,.!:;-]*)+", re.IGNORECASE)
+_OPENER = re.compile(rf"^(?:(?:{_FILLERS}|{_ASSENT})\b[\s,.!:;-]*)+", re.IGNORECASE)
 # Emoticons, emoji, laughter and attachment tags anywhere in the sentence.
 _NOISE = re.compile(
     r"(?:(?:^|(?<=\s))(?:[=xX8][-o']?[)(DPpOo3/\\|*\]\[]+|<3+|\^\^|xD+|XD+)|[:;][-o']?[)(DPpOo3/\\|*\]\[]+)"
     r"(?=\s|$|[.,!?])"
-    r"|\b(?:lol+|lmao|rofl|haha+|hahaha\w*|hehe+|xoxo)\b"
+    r"|\b(?:lol+|lmao|rofl|ha(?:\s*ha)+\w*|hehe+|xoxo)\b"
     r"|<\/?[a-z][\w-]*\/?>"
     r"|[\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F]",
     re.IGNORECASE,
@@ -33,7 +36,8 @@ _NOISE = re.compile(
 # Irregular present forms after a third-person subject; other verbs take -s / -es / -ies.
 _THIRD_PERSON = {
     "am": "is", "are": "is", "have": "has", "do": "does", "don't": "doesn't", "dont": "doesn't", "go": "goes",
-    "were": "was", "aren't": "isn't", "haven't": "hasn't", "havent": "hasn't",
+    "were": "was", "aren't": "isn't", "haven't": "hasn't", "havent": "hasn't", "wanna": "wants to",
+    "gotta": "has to",
 }
 # Words that follow a subject without being a present-tense verb to agree: modals, past forms, adverbs.
 _NOT_PRESENT = frozenset(
@@ -129,17 +133,24 @@ def reported(speaker: str, sentence: str, listeners: Sequence[str] = ()) -> str:
     is the subject, else "{speaker}: ...". A question keeps its words: "{speaker} asked: ...". "" when nothing is
     left once the chat noise is gone."""
     text = " ".join(_NOISE.sub(" ", sentence.replace("\u2019", "'")).split())
-    text = _OPENER.sub("", text).strip(" ,;:-")
+    told = _told(speaker, _OPENER, text, listeners)
+    if told.startswith((f"{speaker} ", f"{speaker}'s ")):
+        return told
+    return _told(speaker, _FILLER_OPENER, text, listeners)
+
+
+def _told(speaker: str, opener: re.Pattern[str], text: str, listeners: Sequence[str]) -> str:
+    text = opener.sub("", text)
     if listeners:  # "Ollie, ..." / "Auntie Deirdre, ...": who is addressed, not what is said
         names = "|".join(re.escape(name) for name in listeners)
-        text = _OPENER.sub("", re.sub(rf"^(?:\w+\s+)?(?:{names})\s*[,!]\s*", "", text, flags=re.IGNORECASE))
+        text = opener.sub("", re.sub(rf"^(?:\w+\s+)?(?:{names})\s*[,!]\s*", "", text, flags=re.IGNORECASE))
+    text = text.strip(" ,;:-")
     if not re.search(r"[A-Za-z0-9]", text):
         return ""
     text = text[:1].upper() + text[1:]
     if "?" in text:
         return f"{speaker} asked: {text}"
-    listener = listeners[0] if len(listeners) == 1 else ""
-    statement = _third_person_words(text, speaker, listener)
-    if statement.startswith(speaker + " ") or statement.startswith(speaker + "'s "):
+    statement = _third_person_words(text, speaker, listeners[0] if len(listeners) == 1 else "")
+    if statement.startswith((f"{speaker} ", f"{speaker}'s ")):
         return statement
     return f"{speaker}: {statement}"
