@@ -17,11 +17,11 @@ from collections.abc import Sequence
 _FILLERS = (
     r"hey|hi|hello|good\s+(?:morning|afternoon|evening)|morning|evening|oh+|well|so|lol|ha(?:\s*ha)+|hehe+|hmm+|"
     r"um+|uh+|ah+|aw+|wow|omg|ugh|urgh|ooh|btw|anyway|anyways|dear|honey|babe|guys|man|dude|mate|and|but|also|"
-    r"actually|honestly|just|please|pls"
+    r"actually|honestly|just|please|pls|great|cool|nice|thanks|thx|thank\s+you|sorry"
 )
-# Assent, thanks and apology: an answer ("yes, option B") unless the speaker goes on about themselves
+# Assent: an answer ("yes, option B") unless the speaker goes on about themselves
 # ("sure, I'll send it" says the assent again).
-_ASSENT = r"ok|okay|k|yeah|yes|yep|yup|yea|sure|alright|right|cool|great|nice|thanks|thx|thank\s+you|sorry"
+_ASSENT = r"ok|okay|k|yeah|yes|yep|yup|yea|sure|alright|right"
 _FILLER_OPENER = re.compile(rf"^(?:(?:{_FILLERS})\b[\s,.!:;-]*)+", re.IGNORECASE)
 _OPENER = re.compile(rf"^(?:(?:{_FILLERS}|{_ASSENT})\b[\s,.!:;-]*)+", re.IGNORECASE)
 # Emoticons, emoji, laughter and attachment tags anywhere in the sentence.
