@@ -4,9 +4,11 @@ One entry point, `summarize_session`, gives a `SessionSummary`: overview, topics
 tools used, key points, open items, and the message range it covers. Two summarizers sit behind it:
 
 - the offline default (`llm=None`, model `EXTRACTIVE_MODEL`) needs no model download and is deterministic.
-  The overview is composed, not picked: who talked or worked on what and when, the first request quoted,
-  the work the tool records show, and the last report. Key points are the most central sentences of the
-  transcript (TextRank over TF-IDF vectors, with a redundancy filter); decisions are the sentences
+  The overview is composed, not picked: who talked or worked on what and when (topics that came up more
+  than once), the first request quoted (a conversation's opener told about its speaker), the work the tool
+  records show, and the last report. Key points are the most central statements of the transcript (TextRank
+  over TF-IDF vectors, with a redundancy filter; questions are none); key points, decisions and open items
+  are told in the third person (`core.reported`: "Paul will send Luke the login"); decisions are the sentences
   `core.flags.has_decision` accepts; files and tools come from `core.collapse.summarize_tools`; topics from
   `core.topics.keyword_topics`; open items from the end of the session (an unanswered request, planned or
   pending work, a question nobody answered, a last tool call that failed). Measured with
