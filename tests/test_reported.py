@@ -44,3 +44,10 @@ def test_an_assistant_reporting_work_is_told_as_what_it_did() -> None:
     told = reported("Assistant", "I fixed the rounding bug in `src/shop/cart.py` and the tests pass.", ["User"])
 
     assert told == "Assistant fixed the rounding bug in `src/shop/cart.py` and the tests pass."
+
+
+def test_code_and_numbers_are_no_emoticons() -> None:
+    told = reported("Assistant", "I changed it to Vec<u8> (see step 8) and kept a[:3] :)", ["User"])
+
+    assert told == "Assistant changed it to Vec<u8> (see step 8) and kept a[:3]"
+    assert reported("User", "self.usage = embedder.usage", ["Assistant"]) == "User: self.usage = embedder.usage"

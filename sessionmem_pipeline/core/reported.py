@@ -24,12 +24,12 @@ _FILLERS = (
 _ASSENT = r"ok|okay|k|yeah|yes|yep|yup|yea|sure|alright|right"
 _FILLER_OPENER = re.compile(rf"^(?:(?:{_FILLERS})\b[\s,.!:;-]*)+", re.IGNORECASE)
 _OPENER = re.compile(rf"^(?:(?:{_FILLERS}|{_ASSENT})\b[\s,.!:;-]*)+", re.IGNORECASE)
-# Emoticons, emoji, laughter and attachment tags anywhere in the sentence.
+# Emoticons, emoji, laughter and chat attachment tags ("<file_photo>") anywhere in the sentence.
 _NOISE = re.compile(
-    r"(?:(?:^|(?<=\s))(?:[=xX8][-o']?[)(DPpOo3/\\|*\]\[]+|<3+|\^\^|xD+|XD+)|[:;][-o']?[)(DPpOo3/\\|*\]\[]+)"
+    r"(?:(?:^|(?<=\s))(?:[:;=][-o']?[)(DPpOo3/\\|*\]\[]+|<3+|\^\^|xD+)|(?<=[A-Za-z])[:;]-?[)(DPp]+)"
     r"(?=\s|$|[.,!?])"
     r"|\b(?:lol+|lmao|rofl|ha(?:\s*ha)+\w*|hehe+|xoxo)\b"
-    r"|<\/?[a-z][\w-]*\/?>"
+    r"|<file_\w+>"
     r"|[\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F]",
     re.IGNORECASE,
 )
@@ -147,7 +147,8 @@ def _told(speaker: str, opener: re.Pattern[str], text: str, listeners: Sequence[
     text = text.strip(" ,;:-")
     if not re.search(r"[A-Za-z0-9]", text):
         return ""
-    text = text[:1].upper() + text[1:]
+    if re.match(r"[a-z]+(?:'[a-z]+)?(?:[\s,;:!]|\.(?:\s|$)|$)", text):  # a word, not code such as "self.usage"
+        text = text[:1].upper() + text[1:]
     if "?" in text:
         return f"{speaker} asked: {text}"
     statement = _third_person_words(text, speaker, listeners[0] if len(listeners) == 1 else "")
