@@ -3,9 +3,9 @@ send Luke the login".
 
 Summaries list what people said as statements about them, the way a person writing minutes does: the speaker
 named instead of "I", the one other participant named instead of "you", and the chat noise around the content
-(leading "ok, well, sure", emoticons, "lol", attachment tags) left out. Only words are replaced or dropped, never
-added or reordered, so the statement says what the sentence said; anything the rules do not recognise stays as
-written. Pure string rules, no model: deterministic and free.
+(leading "well, sure", emoticons, "lol", attachment tags) left out. Words are replaced or dropped, never
+reordered, so the statement says what the sentence said; anything the rules do not recognise stays as written.
+Pure string rules, no model: deterministic and free.
 """
 
 from __future__ import annotations
@@ -39,22 +39,20 @@ _THIRD_PERSON = {
     "were": "was", "aren't": "isn't", "haven't": "hasn't", "havent": "hasn't", "wanna": "wants to",
     "gotta": "has to",
 }
+# Adverbs between a subject and its verb ("I really like"), skipped when the verb is agreed.
+_ADVERBS = frozenset(
+    "really just also still already always never usually actually totally only even so kinda sorta probably "
+    "definitely maybe mostly almost finally personally simply honestly literally seriously both all too".split()
+)
 # Words that follow a subject without being a present-tense verb to agree: modals, past forms, adverbs.
-_NOT_PRESENT = frozenset(
+_NOT_PRESENT = _ADVERBS | frozenset(
     """
     can could will would shall should must might may cannot can't couldn't won't wouldn't shouldn't didn't
     wasn't was did had got went made said told saw thought bought brought came took gave found left lost met ran
     sent spent felt knew heard kept forgot ate drank wrote won paid slept woke fell sold began became understood
-    chose caught taught built meant put read let set cut hit hurt quit too also
-    just really also still already always never usually actually totally only even so kinda sorta probably
-    definitely maybe mostly almost finally personally simply honestly literally seriously both all
+    chose caught taught built meant put read let set cut hit hurt quit
     """.split()
 )
-_ADVERBS = frozenset(
-    "really just also still already always never usually actually totally only even so kinda probably definitely "
-    "mostly almost finally personally simply honestly literally seriously both all".split()
-)
-
 # Words after which "you" starts a clause (its subject) rather than being an object.
 _CLAUSE_START = frozenset(
     "and but so if when because cause cuz coz that as then since until while think hope guess know mean bet".split()
