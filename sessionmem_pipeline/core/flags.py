@@ -96,7 +96,9 @@ _NOT_AN_OPTION = frozenset(
     "right true exactly makes ok okay alright well bye later soon now what whatever how why where when as "
     "which so because is just then "
     # assent to go on ("ok continue", "yes please do it") approves the next step, it names no option
-    "continue continuing proceed carry go on ahead please thx ty next more".split()
+    "continue continuing proceed carry go on ahead please thx ty next more "
+    # a form of address or a farewell ("Yes, sir!", "ok, see ya") answers a person, it names no option
+    "sir mam ma'am madam uncle auntie aunt dear honey babe darling mate dude bro guys see ya cya".split()
 )
 _MAX_ECHO_WORDS = 4
 

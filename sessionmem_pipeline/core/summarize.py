@@ -4,9 +4,11 @@ One entry point, `summarize_session`, gives a `SessionSummary`: overview, topics
 tools used, key points, open items, and the message range it covers. Two summarizers sit behind it:
 
 - the offline default (`llm=None`, model `EXTRACTIVE_MODEL`) needs no model download and is deterministic.
-  The overview is composed, not picked: who talked or worked on what and when, the first request quoted,
-  the work the tool records show, and the last report. Key points are the most central sentences of the
-  transcript (TextRank over TF-IDF vectors, with a redundancy filter); decisions are the sentences
+  The overview is composed, not picked: who talked or worked on what and when (topics that came up more
+  than once), the first request quoted (a conversation's opener told about its speaker), the work the tool
+  records show, and the last report. Key points are the most central statements of the transcript (TextRank
+  over TF-IDF vectors, with a redundancy filter; questions are none); key points, decisions and open items
+  are told in the third person (`core.reported`: "Paul will send Luke the login"); decisions are the sentences
   `core.flags.has_decision` accepts; files and tools come from `core.collapse.summarize_tools`; topics from
   `core.topics.keyword_topics`; open items from the end of the session (an unanswered request, planned or
   pending work, a question nobody answered, a last tool call that failed). Measured with
@@ -47,13 +49,14 @@ from sessionmem_pipeline.core.models import (
     content_hash,
 )
 from sessionmem_pipeline.core.redact import redact
+from sessionmem_pipeline.core.reported import reported
 from sessionmem_pipeline.core.textrank import textrank, tfidf_rows
 from sessionmem_pipeline.core.tokens import count_tokens, truncate_to_tokens
-from sessionmem_pipeline.core.topics import keyword_topics, usable_tags
+from sessionmem_pipeline.core.topics import keyword_topics, spoken_form, usable_tags
 
-EXTRACTIVE_MODEL = "extractive-v2"
+EXTRACTIVE_MODEL = "extractive-v3"
 """The `model` of offline summaries; a change to the extractive algorithm gets a new name."""
-SUMMARY_VERSION = "summary-v2"
+SUMMARY_VERSION = "summary-v3"
 """Part of every input hash: change it whenever prompts or output change, so old summaries are redone."""
 DEFAULT_MAX_INPUT_TOKENS = 6000
 MIN_INPUT_TOKENS = 200
@@ -473,14 +476,36 @@ class _Sentence:
     """A candidate key point: one sentence, where it came from, and its terms."""
 
     order: int  # position in the summarized stretch; earlier summaries' key points come first (negative)
-    speaker: str  # "" for a key point carried over, which already names its speaker
     text: str
     terms: tuple[str, ...]
+    display: str  # as the summary shows it: `_statement` of the sentence, or a carried-over key point as it was
 
-    @property
-    def display(self) -> str:
-        text = _clip_words(self.text, QUOTE_WORDS)
-        return f"{self.speaker}: {text}" if self.speaker else text
+
+def _statement(speaker: str, sentence: str, speakers: Sequence[str]) -> str:
+    """A sentence as a summary item: told in the third person about its speaker (`core.reported`), clipped."""
+    text = _clip_words(sentence, QUOTE_WORDS)
+    return reported(speaker, text, [other for other in speakers if other != speaker]) or f"{speaker}: {text}"
+
+
+def _statements(speaker: str, sentences: Sequence[str], speakers: Sequence[str], source: Sequence[str]) -> str:
+    """Sentences of one speaker's message (`source`) told about them, as one passage: greetings and other chat
+    noise left out, "…" where sentences of the message were skipped between two, and the "Priya: " label
+    written once for a run of sentences that need it."""
+    label = f"{speaker}: "
+    passage: list[str] = []
+    labelled = False  # whether the sentence before carried the label
+    before = ""
+    for sentence in sentences:
+        told = reported(speaker, _clip_words(sentence, QUOTE_WORDS), [s for s in speakers if s != speaker])
+        if not told:
+            continue
+        if passage and not _follows(source, before, sentence):
+            passage.append("…")
+            labelled = False
+        needs_label = told.startswith(label)
+        passage.append(told[len(label) :] if needs_label and labelled else told)
+        labelled, before = needs_label, sentence
+    return " ".join(passage)
 
 
 _LABEL = re.compile(r"^[^:\n]{1,40}:\s+")
@@ -489,7 +514,7 @@ _LABEL = re.compile(r"^[^:\n]{1,40}:\s+")
 def _carried_over(key_points: Sequence[str]) -> list[_Sentence]:
     """An earlier summary's key points, as candidates that compete with the new sentences."""
     return [
-        _Sentence(order=index - len(key_points), speaker="", text=point, terms=_terms(_LABEL.sub("", point)))
+        _Sentence(order=index - len(key_points), text=point, terms=_terms(_LABEL.sub("", point)), display=point)
         for index, point in enumerate(key_points)
     ]
 
@@ -564,23 +589,13 @@ _REDUNDANT = 0.5  # cosine similarity above which a sentence repeats one already
 
 
 def _rank(candidates: Sequence[_Sentence], limit: int) -> list[_Sentence]:
-    """The `limit` most central candidates, skipping near-repeats; best first.
-
-    Short sentences and questions are discounted: a key point is a statement with content.
-    """
+    """The `limit` most central candidates, skipping near-repeats; best first. Short sentences are discounted:
+    a key point is a statement with content (questions are no candidates at all)."""
     if not candidates or limit <= 0:
         return []
     vectors = tfidf_rows([candidate.terms for candidate in candidates])
     centrality = textrank(vectors) * len(candidates)  # mean 1
-    scores = [
-        round(
-            float(centrality[i])
-            * min(1.0, len(c.terms) / 5)
-            * (0.5 if _is_question(c.text) else 1.0),
-            9,
-        )
-        for i, c in enumerate(candidates)
-    ]
+    scores = [round(float(centrality[i]) * min(1.0, len(c.terms) / 5), 9) for i, c in enumerate(candidates)]
     chosen: list[int] = []
     for index in sorted(range(len(candidates)), key=lambda i: (-scores[i], candidates[i].order)):
         if any(float(vectors[index] @ vectors[other]) > _REDUNDANT for other in chosen):
@@ -613,7 +628,10 @@ def _extractive_content(
         topics=topics,
         decisions=decisions,
         key_points=_key_points(
-            parts, previous, taken=quoted | {_REPLY_CONTEXT.sub("", d) for d in decisions} | set(open_items)
+            parts,
+            previous,
+            taken=quoted | {_REPLY_CONTEXT.sub("", d) for d in decisions} | set(open_items),
+            speakers=stretch.speakers,
         ),
         open_items=open_items,
     )
@@ -624,7 +642,9 @@ def _keyword_topics(stretch: _Stretch) -> tuple[str, ...]:
     return tuple(keyword_topics(stretch.transcript, max_topics=MAX_TOPICS, exclude=stretch.speakers))
 
 
-def _key_points(parts: Sequence[Sequence[_Piece]], previous: SessionSummary | None, taken: set[str]) -> tuple[str, ...]:
+def _key_points(
+    parts: Sequence[Sequence[_Piece]], previous: SessionSummary | None, taken: set[str], speakers: Sequence[str]
+) -> tuple[str, ...]:
     """Map: the most central sentences of each part. Reduce: the most central among those (and the previous
     summary's key points), in transcript order. Sentences already in the overview, the decisions or the open
     items (`taken`) are left out: each section says something new."""
@@ -637,9 +657,11 @@ def _key_points(parts: Sequence[Sequence[_Piece]], previous: SessionSummary | No
                 continue
             for text in _sentences(_prose(piece.text, piece.message.tools)):
                 order += 1
-                sentence = _Sentence(order, piece.message.speaker, text, _terms(text))
-                if len(sentence.terms) >= 2 and text not in taken and sentence.display not in taken:
-                    sentences.append(sentence)
+                shown = _statement(piece.message.speaker, text, speakers)
+                sentence = _Sentence(order, text, _terms(text), shown)
+                if _is_question(text) or len(sentence.terms) < 2 or text in taken or shown in taken:
+                    continue
+                sentences.append(sentence)
         part_candidates.append(sentences)
     total = sum(len(sentences) for sentences in part_candidates)
     carried = _carried_over(previous.key_points) if previous else []
@@ -748,12 +770,19 @@ def _opener(messages: Sequence[CollapsedMessage]) -> CollapsedMessage | None:
     return next(telling, users[0] if users else None)
 
 
+def _recurs(topic: str, stretch: _Stretch) -> bool:
+    """Whether a topic came up in more than one message: in a short chat, one mention is no subject of the
+    whole (and the topic tags are listed beside the overview anyway)."""
+    words = set(topic.split("-"))
+    return sum(words <= set(_terms(message.text)) for message in stretch.messages) >= 2
+
+
 def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued: bool) -> tuple[str, set[str]]:
     """Who talked or worked on what and when; the first request; the work done; the last report. Also the
     sentences it quoted, which key points then skip."""
     usage = stretch.usage
     worked = usage.call_count > 0
-    about = _join([topic.replace("-", " ") for topic in topics[:3]])
+    about = _join([spoken_form(topic, stretch.transcript) for topic in topics[:3] if _recurs(topic, stretch)])
     if continued:
         clause = "the session continued" + (f" with {about}" if about else "")
     else:
@@ -761,14 +790,20 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
         verb = "worked on" if worked else "wrote about" if len(stretch.speakers) == 1 else "talked about"
         clause = f"{who} {verb} {about}" if about else f"{who} {verb.split()[0]}"
     when = _when(stretch.messages)
-    sentences = [_sentence_case(f"{when}, {clause}." if when else f"{clause}.")]
+    # "Ann and Bob talked." says only who, and the statements of a two-person chat name both: left out
+    says_more = when or about or worked or continued or len(stretch.speakers) > 2
+    heading = _sentence_case(f"{when}, {clause}." if when else f"{clause}.")
+    sentences = [heading] if says_more else []
     quoted: set[str] = set()
 
     opener = _opener(stretch.messages)
     if opener is not None:
         quote = _quote(_substance(opener), requests_first=True, names=stretch.speakers)
-        said = "asked" if _asks(quote, worked) else "said"
-        sentences.append(f"{opener.speaker} {said}: {_quoted(quote, _sentences(_substance(opener)))}")
+        if worked:  # the request an agent worked on, in the person's words
+            said = "asked" if _asks(quote, worked) else "said"
+            sentences.append(f"{opener.speaker} {said}: {_quoted(quote, _sentences(_substance(opener)))}")
+        else:  # a conversation: what its opener said, told about them
+            sentences.append(_statements(opener.speaker, quote, stretch.speakers, _sentences(_substance(opener))))
         quoted.update(quote)
     if worked:
         worker = next((m.speaker for m in stretch.messages if m.tools), "The assistant")
@@ -787,7 +822,7 @@ def _extractive_overview(stretch: _Stretch, topics: Sequence[str], *, continued:
             quote = _quote(_substance(report), requests_first=False)[:2]
             sentences.append(f"{report.speaker} last reported: {_quoted(quote, _sentences(_substance(report)))}")
             quoted.update(quote)
-    return " ".join(sentences), quoted
+    return " ".join(sentences) or heading, quoted
 
 
 # ---- decisions and open items ---------------------------------------------------------------------------------
@@ -816,7 +851,7 @@ def _decisions(messages: Sequence[CollapsedMessage], speakers: Sequence[str]) ->
         for index, sentence in enumerate(sentences):
             if not has_decision(sentence) or not set(_terms(sentence)) - names:
                 continue
-            item = f"{message.speaker}: {_clip_words(sentence, QUOTE_WORDS)}"
+            item = _statement(message.speaker, sentence, speakers)
             context = sentences[index - 1] if index else _context(before)
             if len(sentence.split()) < 6 and context:
                 item += f' (re: "{_clip_words(context, 25)}")'
@@ -876,7 +911,7 @@ def _open_items(stretch: _Stretch) -> tuple[str, ...]:
             if _is_question(sentence) or changed_later:
                 continue
             if _PENDING.search(sentence) or (_FUTURE.search(sentence) and has_action(sentence)):
-                items.append(f"{message.speaker}: {_clip_words(sentence, QUOTE_WORDS)}")
+                items.append(_statement(message.speaker, sentence, stretch.speakers))
     if talk and talk[-1].role == "assistant":
         questions = [s for s in _sentences(_substance(talk[-1])) if _is_question(s) and len(_terms(s)) >= 2]
         if questions:

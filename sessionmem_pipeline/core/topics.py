@@ -192,6 +192,19 @@ def _singular(word: str) -> str:
     return word
 
 
+def spoken_form(tag: str, text: str) -> str:
+    """A tag in the words `text` used for it: "purple-trouser" -> "purple trousers" when the text says
+    "trousers" more often than "trouser". Tags are folded to one form so repeats add up; a sentence about the
+    text reads better in its own words."""
+    used = Counter(word.lower() for word in _WORD.findall(text))
+    forms: dict[str, Counter[str]] = {}
+    for word, count in used.items():
+        forms.setdefault(_singular(word), Counter())[word] = count
+    return " ".join(
+        (forms[part].most_common(1)[0][0] if part in forms else part) for part in tag.split("-")
+    )
+
+
 def _is_content_word(word: str) -> bool:
     if word in _STOP_WORDS or word in _MARKER_WORDS or _is_typo(word):
         return False
