@@ -31,6 +31,16 @@ beside the best chunk); neighbour and session score smoothing 0.803; query-named
 speak of events after them) and "kind/type of" dropped from the words 0.810; min-max or z-scored similarities
 0.72-0.79 on the dev split; a guaranteed slot for the best vector hit 0.810; embedding chunks without the
 contextual prefix 0.813 on the dev split but 0.784 held out.
+Tried since (wave 3; against 0.805 for the plain fusion with ties averaged and PREVIOUS_CHARS fixed, each new
+weight in the grid beside the fusion weights): every message embedded alone ("Speaker: text") as a third
+retriever scoring a chunk by its best message, 0.801 (its similarity in place of the chunk's, 0.792);
+per-speaker fact units (each message with "I"/"my" read as the speaker's name, BM25 over them, a chunk scored
+by its best one), 0.786-0.803; more sessions in the budget for list questions ("What <plural> ...", "Where
+has", "How many times": a second chunk of a session scaled by 0.9-0.6), 0.796-0.803; reciprocal rank fusion
+(k 10, 30, 60) 0.802, BM25 scores beside the vector ranks 0.794; Rocchio expansion of the query vector with
+the top 1-3 fused chunks' vectors 0.795-0.808 (0.806 with its weight in the grid); question words ("What did",
+"When is") stripped from the query the vectors see 0.788; pseudo-relevance expansion with names from the top
+hits (a chat names few things; the hits gave nicknames like "Mel" and weekdays), not worth scoring.
 """
 
 from __future__ import annotations
@@ -235,9 +245,10 @@ def print_table(title: str, report: dict) -> None:
     table = report["table"]
     latency = report["latency_ms"]
     print(f"\n{title}" + (f"  (search() latency p50 {latency['p50']} ms, p95 {latency['p95']} ms)" if latency else ""))
-    for number, chosen in enumerate(report.get("chosen", ())):
-        tied = f" (tied {number + 1} of {len(report['chosen'])}; the figures are their mean)"
-        print("  chosen: " + ", ".join(f"{k}={v}" for k, v in chosen.items()) + (tied if len(report["chosen"]) > 1 else ""))
+    if chosen := report.get("chosen"):
+        settings = "; ".join(", ".join(map(str, c.values())) for c in chosen)
+        tied = f"  ({len(chosen)} tied on the tuning conversation; the figures are their mean)" if len(chosen) > 1 else ""
+        print(f"  chosen ({', '.join(chosen[0])}): {settings}{tied}")
     columns = [c for c in (*CATEGORIES, "overall") if c in table]
     print(f"  {'':<26}" + "".join(f"{c:>13}" for c in columns))
     print(f"  {'n':<26}" + "".join(f"{table[c]['n']:>13}" for c in columns))
