@@ -18,9 +18,10 @@ setting on the other, in both directions; the cross-validated figure is the mean
 When several settings tie on the tuning conversation, the held-out figures are their mean: breaking the tie
 with the configured values would carry over what was chosen on both conversations. A gain that shows only where
 it was tuned is not a gain. Each query's "now" is the end of its conversation (dates named in the questions are
-read against it). Constants left out of the grid because they do not move the figure: the candidates per
-retriever (client.CANDIDATES; 50, 100, 150, 300 gave held-out 0.814, 0.804, 0.810, 0.810) and the rank
-constant of reciprocal rank fusion (sessions and memories only, not chunk search).
+read against it). Constants left out of the grid: the candidates per retriever (client.CANDIDATES, a latency
+bound; 50, 100, 150, 300 gave held-out 0.812, 0.801, 0.805, 0.807 with PREVIOUS_CHARS fixed: noise, no trend),
+BM25's k1 and b (the textbook 1.2 and 0.75, never fitted here), the rank constant of reciprocal rank fusion and
+`search.session_boost` (sessions, memories and recall(), not the chunk search measured here).
 
 Tried for the weak question types and rejected (issue 20; held-out turn recall, mean of both directions, against
 0.810 for the plain fusion; each tuned with the fusion weights on one conversation, reported on the other):
