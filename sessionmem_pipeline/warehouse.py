@@ -38,6 +38,9 @@ KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
 PREVIOUS_CHARS = 400
+"""Characters of the chunk before that each chunk's BM25 document holds (see KEYWORD_CORPORA); chosen per
+cross-validation direction by benchmarks/retrieval.py --tune (0, 200, 400 and 800: 400 is among the best on
+both conversations, 800 ties on one)."""
 BM25_K = 1.2
 BM25_B = 0.75
 
@@ -64,7 +67,7 @@ class KeywordCorpus:
 KEYWORD_CORPORA = {
     "chunks": KeywordCorpus(
         f"""SELECT chunk_id AS doc_id, session_id, concat_ws(' ', context_content,
-                   right(lag(content) OVER (PARTITION BY session_id ORDER BY chunk_index), {PREVIOUS_CHARS})) AS text
+                   right(lag(content) OVER (PARTITION BY session_id ORDER BY chunk_index), {{previous_chars}})) AS text
             FROM chunks WHERE {{scope}}"""
     ),
     "summaries": KeywordCorpus("SELECT summary_id AS doc_id, session_id, search_text AS text FROM session_summaries WHERE {scope}"),
@@ -869,10 +872,13 @@ class Warehouse(_Queries):
 
     # -- keyword index --
 
-    def sync_keyword_index(self, corpus: str, session_ids: Sequence[str] | None = None) -> int:
+    def sync_keyword_index(
+        self, corpus: str, session_ids: Sequence[str] | None = None, *, previous_chars: int = PREVIOUS_CHARS
+    ) -> int:
         """Bring the BM25 terms of these sessions' documents (of every document when None) up to date with their
         rows: documents whose text changed or that are gone lose their postings, new texts get theirs. Call
-        inside the transaction that changed the rows. Returns how many documents were (re)indexed."""
+        inside the transaction that changed the rows. Returns how many documents were (re)indexed.
+        (`previous_chars` other than PREVIOUS_CHARS: only for benchmarks/retrieval.py's tuning grid.)"""
         spec = KEYWORD_CORPORA[corpus]
         scoped = session_ids is not None and spec.scope_column is not None
         if scoped and not session_ids:
@@ -881,7 +887,7 @@ class Warehouse(_Queries):
         rows_scope = f"{spec.scope_column} IN (SELECT unnest($ids))" if scoped else "TRUE"
         docs_scope = "d.session_id IN (SELECT unnest($ids))" if scoped else "TRUE"
         documents = f"""(SELECT doc_id, session_id, text, md5(coalesce(text, '')) AS doc_hash
-                         FROM ({spec.documents.format(scope=rows_scope)}))"""
+                         FROM ({spec.documents.format(scope=rows_scope, previous_chars=previous_chars)}))"""
         gone = {
             "gone": [
                 row[0]

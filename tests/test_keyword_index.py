@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from sessionmem_pipeline.warehouse import KEYWORD_CORPORA, KEYWORD_IGNORE, Warehouse, keyword_search
+from sessionmem_pipeline.warehouse import KEYWORD_CORPORA, KEYWORD_IGNORE, PREVIOUS_CHARS, Warehouse, keyword_search
 
 WORDS = (
     "deploy deployed deploying server servers postgres migration migrations error errors timeout port 8080 5432 "
@@ -36,9 +36,13 @@ def _scores(wh: Warehouse, query: str) -> dict[str, float]:
     return {doc: round(score, 9) for doc, _, score in keyword_search(wh.conn, "chunks", query, limit=1000)}
 
 
+def _documents() -> str:
+    return KEYWORD_CORPORA["chunks"].documents.format(scope="TRUE", previous_chars=PREVIOUS_CHARS)
+
+
 def _fts_scores(wh: Warehouse, query: str) -> dict[str, float]:
     """DuckDB's own BM25 over the same documents: the index this one replaces."""
-    wh.conn.execute(f"CREATE OR REPLACE TABLE fts_docs AS {KEYWORD_CORPORA['chunks'].documents.format(scope='TRUE')}")
+    wh.conn.execute(f"CREATE OR REPLACE TABLE fts_docs AS {_documents()}")
     wh.conn.execute(f"PRAGMA create_fts_index('fts_docs', 'doc_id', 'text', ignore = '{KEYWORD_IGNORE}', overwrite = 1)")
     rows = wh.conn.execute(
         "SELECT doc_id, score FROM (SELECT doc_id, fts_main_fts_docs.match_bm25(doc_id, ?) AS score FROM fts_docs) "
@@ -105,6 +109,19 @@ def test_filtered_search_keeps_only_the_documents_in_scope(tmp_path: Path) -> No
         )
     assert hits and {session for _, session, _ in hits} == {"b"}
     assert hits[0][0] == "b:5:x"
+
+
+def test_a_chunk_is_found_by_the_end_of_the_chunk_before_it_unless_the_tuning_grid_asks_for_none(
+    tmp_path: Path,
+) -> None:
+    question = {"chunk_id": "s:0:x", "session_id": "s", "chunk_index": 0, "content": "How was the trip?"}
+    answer = {"chunk_id": "s:1:x", "session_id": "s", "chunk_index": 1, "content": "We hiked and roasted marshmallows"}
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        _write_session(wh, "s", [{**c, "context_content": c["content"]} for c in (question, answer)])
+        assert {doc for doc, _, _ in keyword_search(wh.conn, "chunks", "trip", limit=10)} == {"s:0:x", "s:1:x"}
+        with wh.transaction():
+            assert wh.sync_keyword_index("chunks", previous_chars=0) == 1  # only the answer's document changed
+        assert {doc for doc, _, _ in keyword_search(wh.conn, "chunks", "trip", limit=10)} == {"s:0:x"}
 
 
 def test_a_common_term_beside_a_rare_one_keeps_the_exact_best_documents(tmp_path: Path) -> None:
