@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sessionmem_pipeline.config import Settings
+from sessionmem_pipeline.core.llm_protocol import requests_at_once
 from sessionmem_pipeline.core.summarize import messages_after, summary_is_due
 from sessionmem_pipeline.providers.embedders import Embedder, EmbeddingOutcome, vectors_or_raise
 from sessionmem_pipeline.stages.registry import (
@@ -118,8 +119,7 @@ def compute_sessions(
             sessions = [s for key in partition_keys for s in snapshot.sessions_of_partition(key)]
         state = _stage_state(snapshot, sessions)
         run = _Compute(settings, providers, stage_keys(settings, providers), summarize, now or datetime.now(UTC))
-        llm = providers.llm
-        in_flight = max(1, getattr(llm, "max_in_flight", 1)) if llm is not None else 1
+        in_flight = requests_at_once(providers.llm) if providers.llm is not None else 1
         with ThreadPoolExecutor(in_flight, thread_name_prefix="compute") as pool:
             work = pool.map(lambda s: run.session(_thread_snapshot(conn), s, state.get(s, {})), sessions)
             done = dict(zip(sessions, work, strict=True))

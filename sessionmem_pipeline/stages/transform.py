@@ -10,6 +10,7 @@ embedder.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,7 +19,7 @@ from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core.chunk import DEFAULT_MAX_CHUNKS, EmbedderWindow, chunk_session
 from sessionmem_pipeline.core.collapse import collapse_messages
 from sessionmem_pipeline.core.context import SessionContext, context_line, contextual_prefix, first_request
-from sessionmem_pipeline.core.llm_protocol import ChatModel, LLMError
+from sessionmem_pipeline.core.llm_protocol import ChatModel, LLMError, requests_at_once
 from sessionmem_pipeline.core.models import CollapsedMessage, Message, content_hash
 from sessionmem_pipeline.core.topics import keyword_topics_for_chunks, llm_topics, session_topics
 from sessionmem_pipeline.providers import Embedder
@@ -61,22 +62,26 @@ def chunk_topics(
 ) -> tuple[list[list[str]], list[dict[str, Any]]]:
     """Tags per chunk: from the chat model when one is configured (cached by content hash in `cache`, the live
     warehouse or the snapshot, so re-indexing never asks twice; a failed answer falls back to keywords), else
-    keywords. Also the new `topic_cache` rows (the model's answers) for the commit to store."""
+    keywords. Also the new `topic_cache` rows (the model's answers) for the commit to store. The model is asked
+    `llm.max_in_flight` chunks at a time."""
     keywords = keyword_topics_for_chunks(texts, exclude=speakers)
     if llm is None:
         return keywords, []
     hashes = [content_hash(t) for t in texts]
     cached = cache.cached_topics(llm.model, hashes)
-    tags, fresh = [], []
-    for text, digest, fallback in zip(texts, hashes, keywords, strict=True):
-        if digest not in cached:
-            try:
-                cached[digest] = llm_topics(text, llm)
-                fresh.append({"model": llm.model, "content_hash": digest, "topics": cached[digest]})
-            except LLMError:
-                cached[digest] = fallback
-        tags.append(cached[digest])
-    return tags, fresh
+    asked = {digest: text for text, digest in zip(texts, hashes, strict=True) if digest not in cached}
+
+    def ask(text: str) -> list[str] | None:
+        try:
+            return llm_topics(text, llm)
+        except LLMError:
+            return None
+
+    with ThreadPoolExecutor(min(requests_at_once(llm), max(1, len(asked))), thread_name_prefix="topics") as pool:
+        answers = dict(zip(asked, pool.map(ask, asked.values()), strict=True))
+    fresh = [{"model": llm.model, "content_hash": d, "topics": tags} for d, tags in answers.items() if tags is not None]
+    cached.update({digest: tags for digest, tags in answers.items() if tags is not None})
+    return [cached.get(digest, fallback) for digest, fallback in zip(hashes, keywords, strict=True)], fresh
 
 
 def chunk_session_rows(
