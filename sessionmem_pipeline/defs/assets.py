@@ -56,9 +56,9 @@ def _stage_context(
     publish: bool = False,
 ) -> Iterator[tuple[StageContext, IndexReport]]:
     """The warehouse under the writer lock, a stage context scoped to the run's partitions, and a report whose
-    counts go into the run's row in `runs`. The snapshot is published at the end when this run does not also
-    materialize `search_index` (which publishes), so search sees any materialization with no other click, and
-    always when `publish` (a compute step downstream reads the snapshot)."""
+    counts go into the run's row in `runs`. The snapshot is published at the end by the run's last writer asset
+    (`search_index` when the run has it), so search sees any materialization with no other click and a run copies
+    the file once, and always when `publish` (a compute step downstream reads the snapshot)."""
     settings = sessionmem.settings()
     report = IndexReport(run_id=context.run.run_id)
     started = time.perf_counter()
@@ -88,8 +88,18 @@ def _stage_context(
             outgrown = report.indexed and wh.outgrown()
         if outgrown:
             rebuild_file(settings.warehouse)
-        if publish or search_index.key not in (context.run.asset_selection or set()):
+        if publish or not _writer_follows(context):
             publish_if_stale(settings.warehouse, generation)
+
+
+def _writer_follows(context: dg.AssetExecutionContext) -> bool:
+    """Whether this run materializes a writer asset downstream of this one (which runs later and publishes)."""
+    below = {context.asset_key}
+    for asset in PIPELINE_ASSETS:  # in dependency order
+        if asset.dependency_keys & below:
+            below.add(asset.key)
+    selected = context.run.asset_selection or set()
+    return any(key in selected for key in below - {context.asset_key, staged_results.key})
 
 
 def _partition_metadata(
