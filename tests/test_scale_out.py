@@ -120,3 +120,25 @@ def test_compute_reads_the_published_snapshot_while_a_writer_holds_the_live_file
     staged = pq.read_table(vectors)
     assert staged.num_rows == outcome.computed[EMBED.name] == chunk_texts
     assert {len(vector) for vector in staged.column("vector").to_pylist()} == {48}
+
+
+def test_sessionmem_index_commits_what_a_compute_step_staged_and_builds_the_same_warehouse(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    built = {}
+    for name in ("plain", "staged"):
+        (tmp_path / name).mkdir()
+        settings = load_settings(write_config(tmp_path / name, sources, openai_server), env={})
+        index_sources(settings)
+        built[name] = settings.with_overrides({"chunking.max_tokens": 200})  # every session is chunked anew
+
+    outcome = compute_sessions(built["staged"], None, Providers(built["staged"]))
+    assert outcome.computed["chunk"] > 0 and outcome.computed["embed"] > 0
+    staged_run = index_sources(built["staged"])
+    plain_run = index_sources(built["plain"])
+
+    assert {"chunk", "embed"} <= staged_run.computed_in_commit.keys()
+    assert set(staged_run.computed_in_commit.values()) == {0}  # the CLI committed the staged results
+    assert plain_run.computed_in_commit["chunk"] == outcome.computed["chunk"]
+    assert staged_files(built["staged"]) == []
+    assert warehouse_tables(built["staged"].warehouse) == warehouse_tables(built["plain"].warehouse)

@@ -195,12 +195,13 @@ def _commit(
     staged = staging.read_results(ctx.settings, stage)
     sessions = list(work)
     committed: dict[str, dict[str, Any]] = {}
+    computed_here = report.computed_in_commit.setdefault(stage.name, 0)
     for start in range(0, len(sessions), COMMIT_BATCH):
         results = {}
         for session_id in sessions[start : start + COMMIT_BATCH]:
             result = staged.result(session_id, work[session_id])
             if result is None:
-                report.computed_in_commit[stage.name] = report.computed_in_commit.get(stage.name, 0) + 1
+                computed_here += 1
                 result = compute(session_id)
             if result is not None:
                 results[session_id] = result
@@ -209,6 +210,7 @@ def _commit(
             ctx.record(stage, {session_id: work[session_id] for session_id in results})
         fault_point(stage.name, "in")
         committed.update(results)
+    report.computed_in_commit[stage.name] = computed_here
     staged.remove_consumed(ctx.scope)
     return committed
 
