@@ -17,7 +17,7 @@ from sessionmem_pipeline.config import load_settings
 from sessionmem_pipeline.stages.registry import FAULT_VARIABLE
 from sessionmem_pipeline.stages.run import index_sources
 from sessionmem_pipeline.status import check_health
-from sessionmem_pipeline.warehouse import snapshot_path
+from sessionmem_pipeline.warehouse import connect, snapshot_path
 from warehouse_tables import BOOKKEEPING, warehouse_tables
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"

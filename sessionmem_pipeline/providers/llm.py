@@ -213,5 +213,6 @@ def build_chat_model(
     if provider == "none":
         return None
     if provider == "openai":
-        return OpenAIChatModel(model or DEFAULT_CHAT_MODEL, base_url=base_url, api_key=api_key, max_in_flight=max_in_flight)
+        model = model or DEFAULT_CHAT_MODEL
+        return OpenAIChatModel(model, base_url=base_url, api_key=api_key, max_in_flight=max_in_flight)
     raise ProviderConfigError(f"llm.provider must be 'none' or 'openai', got {provider!r}")

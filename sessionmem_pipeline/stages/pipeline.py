@@ -304,7 +304,8 @@ def summarize(ctx: StageContext, report: StageReport) -> None:
         return
     files = staging.read_results(ctx.settings, SUMMARIZE)
     staged = {s: SessionResult.from_row(found) for s, fp in work.items() if (found := files.result(s, fp)) is not None}
-    report.computed_in_commit[SUMMARIZE.name] = report.computed_in_commit.get(SUMMARIZE.name, 0) + len(work) - len(staged)
+    computed_here = report.computed_in_commit.get(SUMMARIZE.name, 0) + len(work) - len(staged)
+    report.computed_in_commit[SUMMARIZE.name] = computed_here
     outcome = summarize_sessions(
         ctx.wh, list(work), llm=ctx.providers.llm, embedder=ctx.providers.embedder, now=ctx.now, staged=staged
     )

@@ -105,7 +105,8 @@ class SessionResult:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> SessionResult:
         summary = SessionSummary.from_dict(json.loads(row["summary"])) if row["summary"] else None
-        return cls(**{**{k: row[k] for k in ("base_hash", "unchanged", "error", "messages_read", "vector")}, "summary": summary})
+        fields = ("base_hash", "unchanged", "error", "messages_read", "vector")
+        return cls(**{name: row[name] for name in fields}, summary=summary)
 
 
 def summarize_session(
@@ -187,7 +188,8 @@ def _write_versions(
     embed_results([result for _, _, result in versions], embedder)
     with wh.transaction():
         for session_id, version, result in versions:
-            _insert_version(wh, session_id, version, result.summary, result.summary.text_for_embedding(), result.vector, now)
+            text = result.summary.text_for_embedding()
+            _insert_version(wh, session_id, version, result.summary, text, result.vector, now)
         wh.sync_keyword_index("summaries", [session_id for session_id, _, _ in versions])
 
 
