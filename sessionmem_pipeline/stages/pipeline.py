@@ -1,7 +1,9 @@
 """Each registered stage as one function of a `StageContext`: it selects its own stale work from the durable
 stage state, does it, and records it. `sessionmem index` calls them in order (`run_all`); each Dagster asset calls
 the one it stands for, scoped to its partitions. Nothing here depends on what an earlier stage of the same run
-handed over, so any run, killed or failed anywhere, is completed by the next one.
+handed over, so any run, killed or failed anywhere, is completed by the next one. The per-session stages are the
+commit half of the compute/commit split (stages/staging.py): they take what a compute step staged for exactly
+their input and compute the rest themselves.
 """
 
 from __future__ import annotations
