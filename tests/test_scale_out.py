@@ -142,3 +142,16 @@ def test_sessionmem_index_commits_what_a_compute_step_staged_and_builds_the_same
     assert plain_run.computed_in_commit["chunk"] == outcome.computed["chunk"]
     assert staged_files(built["staged"]) == []
     assert warehouse_tables(built["staged"].warehouse) == warehouse_tables(built["plain"].warehouse)
+
+
+def test_a_result_staged_under_another_configuration_is_computed_again_by_the_commit(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    settings = load_settings(write_config(tmp_path, sources, openai_server), env={})
+    index_sources(settings)
+    other = settings.with_overrides({"chunking.max_tokens": 200})
+    staged = compute_sessions(other, None, Providers(other)).computed["chunk"]
+
+    run = index_sources(settings.with_overrides({"chunking.max_tokens": 300}))  # the chunk stage's key differs
+
+    assert run.computed_in_commit["chunk"] == staged > 0

@@ -194,7 +194,7 @@ def _commit(
     """A session stage's commit: each stale session's result from a staging file when a compute step built one
     from the same input (stages/staging.py), else `compute`d here (None: nothing to build yet); written with the
     stage state, one transaction per batch. Staging files of the run's scope are removed afterwards."""
-    staged = staging.read_results(ctx.settings, stage)
+    staged = staging.read_results(ctx.settings, stage, ctx.keys[stage.name])
     sessions = list(work)
     committed: dict[str, dict[str, Any]] = {}
     computed_here = report.computed_in_commit.setdefault(stage.name, 0)
@@ -304,7 +304,7 @@ def summarize(ctx: StageContext, report: StageReport) -> None:
         work = {s: fp for s, fp in work.items() if s in chosen}
     if not work:
         return
-    files = staging.read_results(ctx.settings, SUMMARIZE)
+    files = staging.read_results(ctx.settings, SUMMARIZE, ctx.keys[SUMMARIZE.name])
     staged = {s: SessionResult.from_row(found) for s, fp in work.items() if (found := files.result(s, fp)) is not None}
     computed_here = report.computed_in_commit.get(SUMMARIZE.name, 0) + len(work) - len(staged)
     report.computed_in_commit[SUMMARIZE.name] = computed_here

@@ -123,7 +123,7 @@ def compute_sessions(
         with ThreadPoolExecutor(in_flight, thread_name_prefix="compute") as pool:
             work = pool.map(lambda s: run.session(_thread_snapshot(conn), s, state.get(s, {})), sessions)
             done = dict(zip(sessions, work, strict=True))
-        return _write_outcome(settings, providers, snapshot, done)
+        return _write_outcome(settings, providers, run.keys, snapshot, done)
     finally:
         conn.close()
 
@@ -209,7 +209,11 @@ class _Compute:
         )
 
 def _write_outcome(
-    settings: Settings, providers: Providers, snapshot: Snapshot, done: Mapping[str, _SessionWork]
+    settings: Settings,
+    providers: Providers,
+    keys: Mapping[str, str],
+    snapshot: Snapshot,
+    done: Mapping[str, _SessionWork],
 ) -> ComputeOutcome:
     """The results as one file per stage; texts to embed (those no cache of the snapshot holds) embedded first."""
     outcome = ComputeOutcome(sessions=sum(1 for w in done.values() if w.results or w.texts))
@@ -217,7 +221,12 @@ def _write_outcome(
     embed_results(summaries, providers.embedder)
     for stage in (COLLAPSE, CHUNK, SUMMARIZE):
         rows = [
-            {"session_id": s, "input_fp": fp, **(result.to_row() if isinstance(result, SessionResult) else result)}
+            {
+                "session_id": s,
+                "input_fp": fp,
+                "stage_key": keys[stage.name],
+                **(result.to_row() if isinstance(result, SessionResult) else result),
+            }
             for s, w in done.items()
             if (found := w.results.get(stage.name)) is not None
             for fp, result in [found]
@@ -296,14 +305,16 @@ def _files(settings: Settings, stage: Stage) -> list[Path]:
     return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
 
 
-def read_results(settings: Settings, stage: Stage) -> StagedFiles:
-    """Every complete staging file of a stage's per-session results."""
+def read_results(settings: Settings, stage: Stage, stage_key: str) -> StagedFiles:
+    """Every complete staging file of a stage's per-session results, those built under `stage_key` (the same
+    version, configuration and models as the commit's)."""
     staged = StagedFiles()
     for path in _files(settings, stage):
         rows = pq.read_table(path).to_pylist()
         staged.sessions_of_file[path] = {row["session_id"] for row in rows}
         for row in rows:
-            staged.results[(row.pop("session_id"), row.pop("input_fp"))] = row
+            if row.pop("stage_key") == stage_key:
+                staged.results[(row.pop("session_id"), row.pop("input_fp"))] = row
     return staged
 
 
