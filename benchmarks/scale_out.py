@@ -1,22 +1,26 @@
-"""Embedding outside the single writer (issue 21): parallel compute steps against a remote-like embedding API.
+"""The per-session stages outside the single writer (issue 21): parallel compute workers against a remote-like
+embedding API, one writer committing.
 
     .venv/bin/python benchmarks/scale_out.py [--sessions 24] [--latency 0.3] [--workers 1,2,4] [--json]
 
-N equal-sized synthetic Claude Code sessions are ingested and chunked once (Dagster, one run). The embedding
-server is the tests' OpenAI-compatible server on 127.0.0.1 with a fixed latency per request (300 ms: a remote API's
-round trip), batch_size 4. Two tables:
-- one worker (`compute_embeddings` in this process) with 1 vs 8 requests in flight;
-- the Dagster path: a real instance (DAGSTER_HOME with this repo's dagster.yaml), the pool limit set with
-  `dagster instance concurrency set sessionmem_compute K`, four runs of `staged_chunk_vectors` (a quarter of the
-  partitions each, one request in flight) launched at once in separate processes, then one `chunk_embeddings`
-  run commits everything. `compute s` is first start to last end of the four runs (process start-up excluded,
-  pool waits included); `commit s` the writer's run; the final chunk_embeddings are compared with K=1's.
+N equal-sized synthetic Claude Code sessions are ingested once (Dagster `raw_messages`, which publishes the
+snapshot compute reads). The embedding server is the tests' OpenAI-compatible server on 127.0.0.1 with a fixed
+latency per request (300 ms: a remote API's round trip), batch_size 4. Two tables:
+- one worker (`compute_sessions` in this process: collapse, chunk, embed) with 1 vs 8 requests in flight;
+- the Dagster path: a real instance (DAGSTER_HOME with this repo's dagster.yaml), the compute pool's limit set
+  with `dagster instance concurrency set sessionmem_compute K`, K worker processes each running `staged_results`
+  over 1/K of the partitions (one request in flight) at once, then one writer run commits everything
+  (`collapsed_messages`, `chunks`, `chunk_embeddings`, `session_summaries`). `compute s` is first start to last
+  end of the K runs (process start-up excluded); `commit s` the writer's run, whose steps are checked not to
+  overlap; sessions/s and the speedup over K=1 are of the two together. The stages over everything
+  (`session_threads`, `memories`, `search_index`: not split, the same work for every K) follow in another run,
+  `global s`, shown with the speedup they leave. The final warehouse is compared whole (every table, run ids and
+  timestamps aside) with a serial `index_sources` run's.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -33,23 +37,25 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from indexing import session_lines  # noqa: E402  (benchmarks/indexing.py: the synthetic transcript writer)
 from openai_server import OpenAICompatibleServer  # noqa: E402  (tests/openai_server.py)
+from warehouse_tables import warehouse_tables  # noqa: E402  (tests/warehouse_tables.py)
 
-RUNS = 4
 CHILD = """
 import json, os, sys, time
 import dagster as dg
-from sessionmem_pipeline.defs.assets import staged_chunk_vectors
+from sessionmem_pipeline.defs.assets import staged_results
 from sessionmem_pipeline.defs.resources import SessionmemResource
 config, keys, go = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 instance = dg.DagsterInstance.get()
 resources = {"sessionmem": SessionmemResource(config_file=config)}
+resources["sessionmem"].embedder().count_model_tokens("a worker loads its tokenizer once, at start-up")
 print("ready", flush=True)
 while not os.path.exists(go):
     time.sleep(0.01)
-started = time.time()
-result = dg.materialize([staged_chunk_vectors], instance=instance, resources=resources,
+started, cpu = time.time(), time.process_time()
+result = dg.materialize([staged_results], instance=instance, resources=resources,
     tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
-print(json.dumps({"started": started, "ended": time.time(), "success": result.success}), flush=True)
+print(json.dumps({"started": started, "ended": time.time(), "cpu": time.process_time() - cpu,
+                  "success": result.success}), flush=True)
 """
 
 
@@ -73,38 +79,47 @@ def write_config(path: Path, warehouse: Path, sources: Path, base_url: str, in_f
     return path
 
 
-def vectors_digest(warehouse: Path) -> str:
-    from sessionmem_pipeline.warehouse import Warehouse
-
-    with Warehouse(warehouse) as wh:
-        rows = wh.conn.execute("SELECT chunk_id, text_hash, embedding FROM chunk_embeddings ORDER BY chunk_id").fetchall()
-    return hashlib.md5(repr(rows).encode()).hexdigest()[:12]
-
-
 def one_worker(config: Path, sessions: int, in_flight_options: list[int]) -> list[dict]:
-    """`compute_embeddings` over every partition in this process, with N requests in flight."""
+    """`compute_sessions` over every partition in this process, with N requests in flight."""
     from sessionmem_pipeline.config import load_settings
-    from sessionmem_pipeline.providers import embedder_from_settings
-    from sessionmem_pipeline.stages.staging import compute_embeddings, staging_folder
+    from sessionmem_pipeline.stages.registry import Providers
+    from sessionmem_pipeline.stages.staging import compute_sessions, staging_folder
 
     rows = []
     for in_flight in in_flight_options:
         settings = load_settings(config, env={}).with_overrides({"embedding.max_in_flight": in_flight})
         started = time.perf_counter()
-        outcome = compute_embeddings(settings, None, embedder_from_settings(settings))
+        outcome = compute_sessions(settings, None, Providers(settings))
         seconds = time.perf_counter() - started
-        shutil.rmtree(staging_folder(settings))
-        rows.append({"in_flight": in_flight, "texts": outcome.embedded, "seconds": seconds, "sessions_per_s": sessions / seconds})
+        shutil.rmtree(staging_folder(settings).parent)
+        rows.append({"in_flight": in_flight, "texts": outcome.computed.get("embed", 0), "seconds": seconds,
+                     "sessions_per_s": sessions / seconds})
     for row in rows:
         row["speedup"] = rows[0]["seconds"] / row["seconds"]
     return rows
 
 
-def dagster_workers(base: Path, template: Path, config: Path, keys: list[str], workers: int) -> dict:
-    """Four compute runs at once under pool limit `workers`, then the one commit run."""
+def overlapping_steps(instance, run_id: str) -> int:
+    """How many of the run's steps started before the previous one ended (the writer's steps must not)."""
     import dagster as dg
 
-    from sessionmem_pipeline.defs.assets import chunk_embeddings
+    spans: dict[str, list[float]] = {}
+    for record in instance.get_records_for_run(run_id).records:
+        event = record.event_log_entry
+        if event.dagster_event is None or event.step_key is None:
+            continue
+        if event.dagster_event.event_type == dg.DagsterEventType.STEP_START:
+            spans.setdefault(event.step_key, [event.timestamp, event.timestamp])[0] = event.timestamp
+        elif event.dagster_event.event_type == dg.DagsterEventType.STEP_SUCCESS:
+            spans.setdefault(event.step_key, [event.timestamp, event.timestamp])[1] = event.timestamp
+    ordered = sorted(spans.values())
+    return sum(1 for before, after in zip(ordered, ordered[1:]) if after[0] < before[1])
+
+
+def dagster_workers(base: Path, template: Path, config: Path, keys: list[str], workers: int) -> dict:
+    """K compute runs at once (1/K of the partitions each) under pool limit K, then the one writer run."""
+    import dagster as dg
+
     from sessionmem_pipeline.defs.resources import SessionmemResource
 
     warehouse_dir = base / "warehouse"
@@ -116,7 +131,7 @@ def dagster_workers(base: Path, template: Path, config: Path, keys: list[str], w
         env=env, check=True, capture_output=True,
     )
     go = base / f"go-{workers}"
-    slices = [keys[i::RUNS] for i in range(RUNS)]
+    slices = [keys[i::workers] for i in range(workers)]
     children = [
         subprocess.Popen([sys.executable, "-c", CHILD, str(config), json.dumps(sorted(part)), str(go)],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -128,17 +143,53 @@ def dagster_workers(base: Path, template: Path, config: Path, keys: list[str], w
     results = [json.loads(child.communicate()[0].strip().splitlines()[-1]) for child in children]
     assert all(r["success"] for r in results)
     compute = max(r["ended"] for r in results) - min(r["started"] for r in results)
+    compute_cpu = sum(r["cpu"] for r in results)
     instance = dg.DagsterInstance.get()
-    started = time.perf_counter()
-    commit = dg.materialize([chunk_embeddings], instance=instance,
-                            resources={"sessionmem": SessionmemResource(config_file=str(config))},
+    resources = {"sessionmem": SessionmemResource(config_file=str(config))}
+    commits, global_assets = writer_assets()
+    started, cpu = time.perf_counter(), time.process_time()
+    commit = dg.materialize(commits, instance=instance, resources=resources,
                             tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
-    commit_seconds = time.perf_counter() - started
-    metadata = commit.get_asset_materialization_events()[0].materialization.metadata
-    return {"workers": workers, "compute_s": compute, "commit_s": commit_seconds,
-            "computed_in_commit": metadata["computed_in_commit"].value,
+    commit_seconds, commit_cpu = time.perf_counter() - started, time.process_time() - cpu
+    assert dg.materialize(global_assets, instance=instance, resources=resources).success
+    global_seconds = time.perf_counter() - started - commit_seconds
+    computed_in_commit = sum(
+        event.materialization.metadata["computed_in_commit"].value
+        for event in commit.get_asset_materialization_events()
+        if "computed_in_commit" in event.materialization.metadata
+    )
+    return {"workers": workers, "compute_s": compute, "compute_cpu_s": compute_cpu, "commit_s": commit_seconds,
+            "commit_cpu_s": commit_cpu, "global_s": global_seconds,
+            "computed_in_commit": computed_in_commit, "overlapping_commits": overlapping_steps(instance, commit.run_id),
             "sessions_per_s": len(keys) / (compute + commit_seconds),
-            "vectors": vectors_digest(warehouse_dir / "w.duckdb")}
+            "tables": warehouse_tables(warehouse_dir / "w.duckdb")}
+
+
+def writer_assets() -> tuple[list, list]:
+    """The writer's per-session commit assets, and those over everything (imported late: DAGSTER_HOME must be set
+    first)."""
+    from sessionmem_pipeline.defs.assets import (
+        chunk_embeddings,
+        chunks,
+        collapsed_messages,
+        memories,
+        search_index,
+        session_summaries,
+        session_threads,
+    )
+
+    return [collapsed_messages, chunks, chunk_embeddings, session_summaries], [session_threads, memories, search_index]
+
+
+def serial_tables(base: Path, sources: Path, base_url: str) -> dict:
+    """The same sessions indexed by one in-process `index_sources` run."""
+    from sessionmem_pipeline.config import load_settings
+    from sessionmem_pipeline.stages.run import index_sources
+
+    (base / "serial").mkdir()
+    config = write_config(base / "serial.toml", base / "serial" / "w.duckdb", sources, base_url, 1)
+    index_sources(load_settings(config, env={}))
+    return warehouse_tables(base / "serial" / "w.duckdb")
 
 
 def main() -> None:
@@ -148,6 +199,7 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    load = os.getloadavg()  # the wall times are those of a latency-bound run only while the cores are free
     base = Path(tempfile.mkdtemp(prefix="scale-out-"))
     home = base / "dagster_home"
     home.mkdir()
@@ -157,7 +209,7 @@ def main() -> None:
 
     import dagster as dg
 
-    from sessionmem_pipeline.defs.assets import chunks, collapsed_messages, raw_messages
+    from sessionmem_pipeline.defs.assets import raw_messages
     from sessionmem_pipeline.defs.partitions import session_partitions
     from sessionmem_pipeline.defs.resources import SessionmemResource
     from sessionmem_pipeline.stages.discover import discover
@@ -172,28 +224,36 @@ def main() -> None:
         keys = sorted(f.partition_key for f in discover([sources]))
         instance = dg.DagsterInstance.get()
         instance.add_dynamic_partitions(session_partitions.name, keys)
-        dg.materialize([raw_messages, collapsed_messages, chunks], instance=instance,
+        dg.materialize([raw_messages], instance=instance,
                        resources={"sessionmem": SessionmemResource(config_file=str(prepare))},
                        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
         single = one_worker(prepare, args.sessions, [1, 8])
         runs = [dagster_workers(base, template, config, keys, int(k)) for k in args.workers.split(",")]
+        serial = serial_tables(base, sources, server.base_url)
         requests = len(server.requests)
     for row in runs:
         row["speedup"] = (runs[0]["compute_s"] + runs[0]["commit_s"]) / (row["compute_s"] + row["commit_s"])
-        row["same_as_first"] = row["vectors"] == runs[0]["vectors"]
+        row["speedup_with_global"] = (runs[0]["compute_s"] + runs[0]["commit_s"] + runs[0]["global_s"]) / (
+            row["compute_s"] + row["commit_s"] + row["global_s"])
+        row["same_as_serial"] = row.pop("tables") == serial
     shutil.rmtree(base, ignore_errors=True)
     if args.json:
         print(json.dumps({"one_worker": single, "dagster": runs, "requests": requests}, indent=2))
         return
-    print(f"{args.sessions} sessions, {single[0]['texts']} chunk texts, {args.latency * 1000:.0f} ms per request, batch 4")
-    print("\none worker (compute_embeddings)\n| in flight | seconds | sessions/s | speedup |\n|---|---|---|---|")
+    print(f"{args.sessions} sessions, {single[0]['texts']} chunk texts, {args.latency * 1000:.0f} ms per request, batch 4; "
+          f"load average {load[0]:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores")
+    print("\none worker (compute_sessions)\n| in flight | seconds | sessions/s | speedup |\n|---|---|---|---|")
     for row in single:
         print(f"| {row['in_flight']} | {row['seconds']:.1f} | {row['sessions_per_s']:.2f} | {row['speedup']:.1f}x |")
-    print("\nDagster: 4 compute runs at once, pool sessionmem_compute = K, 1 request in flight each; then one commit run")
-    print("| K | compute s | commit s | sessions/s | speedup | embedded in commit | vectors = K1's |\n|---|---|---|---|---|---|---|")
+    print("\nDagster: K compute runs at once (1/K of the partitions each, pool sessionmem_compute = K, 1 request in "
+          "flight each), then one writer run")
+    print("| K | compute s (CPU s) | commit s (CPU s) | sessions/s | speedup | + global s | speedup with global | "
+          "computed in commit | overlapping commits | warehouse = serial run's |\n|---|---|---|---|---|---|---|---|---|---|")
     for row in runs:
-        print(f"| {row['workers']} | {row['compute_s']:.1f} | {row['commit_s']:.1f} | {row['sessions_per_s']:.2f} | "
-              f"{row['speedup']:.1f}x | {row['computed_in_commit']} | {row['same_as_first']} |")
+        print(f"| {row['workers']} | {row['compute_s']:.1f} ({row['compute_cpu_s']:.1f}) | {row['commit_s']:.1f} "
+              f"({row['commit_cpu_s']:.1f}) | {row['sessions_per_s']:.2f} | "
+              f"{row['speedup']:.1f}x | {row['global_s']:.1f} | {row['speedup_with_global']:.1f}x | "
+              f"{row['computed_in_commit']} | {row['overlapping_commits']} | {row['same_as_serial']} |")
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "llm.model": "gpt-4o-mini",
     "llm.base_url": None,
     "llm.api_key": None,
+    "llm.max_in_flight": 4,  # chat requests sent at once (topics, summaries); Retry-After pauses all of them
     "staging.path": None,  # where parallel compute steps leave results for the writer; default: beside the warehouse
     "summaries.enabled": True,
     "summaries.idle_minutes": 30,

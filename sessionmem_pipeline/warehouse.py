@@ -471,7 +471,7 @@ def collapsed_row(message: CollapsedMessage) -> dict[str, Any]:
     }
 
 
-def _collapsed_from_row(row: Mapping[str, Any]) -> CollapsedMessage:
+def collapsed_from_row(row: Mapping[str, Any]) -> CollapsedMessage:
     tools = tuple(
         ToolRecord(**{**tool, "files": tuple(tool.get("files") or ())}) for tool in json.loads(row["tools"] or "[]")
     )
@@ -581,7 +581,7 @@ class _Queries:
 
     def load_collapsed(self, session_id: str) -> list[CollapsedMessage]:
         rows = self.query("SELECT * FROM collapsed_messages WHERE session_id = ? ORDER BY seq", [session_id])
-        return [_collapsed_from_row(r) for r in rows]
+        return [collapsed_from_row(r) for r in rows]
 
     def delete_sessions(self, session_ids: Sequence[str]) -> None:
         """Every row of these sessions, in every table (call inside a transaction)."""

@@ -17,37 +17,19 @@ from sessionmem_pipeline.config import load_settings
 from sessionmem_pipeline.stages.registry import FAULT_VARIABLE
 from sessionmem_pipeline.stages.run import index_sources
 from sessionmem_pipeline.status import check_health
-from sessionmem_pipeline.warehouse import DATABASE, connect, snapshot_path
+from sessionmem_pipeline.warehouse import connect, snapshot_path
+from warehouse_tables import BOOKKEEPING, warehouse_tables
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
-VOLATILE = {"built_at", "run_id", "indexed_at", "last_indexed_at", "created_at", "quarantined_at", "recorded_at",
-            "updated_at", "mtime_ns"}
-"""Columns that say when or by which run a row was written, not what it holds."""
-NOT_COMPARED = {"runs", "meta", "schema_version", "embedding_cache", "topic_cache"}
-"""Bookkeeping tables (caches may hold more after a repaired run, which is their point)."""
-
 STAGE_BOUNDARIES = ["ingest", "collapse", "chunk", "embed", "summarize", "threads", "memories", "index", "run"]
 INSIDE_STAGES = ["ingest", "collapse", "chunk", "embed", "summarize"]
+NOT_COMPARED = BOOKKEEPING | {"embedding_cache", "topic_cache"}
+"""Caches may hold more after a repaired run, which is their point."""
 
 
 def tables(path: Path) -> dict[str, list[tuple]]:
-    """Every user table's rows without volatile columns, sorted: what two warehouses must agree on."""
-    conn = connect(path, read_only=True)
-    try:
-        names = [r[0] for r in conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_catalog = ? AND table_schema = 'main' "
-            "AND table_type = 'BASE TABLE'", [DATABASE]).fetchall()]
-        dump = {}
-        for name in sorted(set(names) - NOT_COMPARED):
-            columns = [r[0] for r in conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_catalog = ? AND table_name = ? "
-                "ORDER BY ordinal_position", [DATABASE, name]).fetchall() if r[0] not in VOLATILE]
-            select = ", ".join(f'CAST("{c}" AS VARCHAR)' for c in columns)
-            dump[name] = sorted(conn.execute(f"SELECT {select} FROM {name}").fetchall(), key=repr)
-        return dump
-    finally:
-        conn.close()
+    return warehouse_tables(path, NOT_COMPARED)
 
 
 def make_sources(root: Path) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +13,8 @@ from openai_server import CHAT, OpenAICompatibleServer, Reply
 from sessionmem_pipeline.core.llm_protocol import LLMError
 from sessionmem_pipeline.providers.llm import OpenAIChatModel, build_chat_model, parse_json_object
 from sessionmem_pipeline.providers.openai_compat import ProviderConfigError
+from sessionmem_pipeline.stages.transform import chunk_topics
+from sessionmem_pipeline.warehouse import Warehouse
 
 SYSTEM = "You tag conversation chunks with 1 to 3 topics. Answer in JSON: {\"topics\": [...]}."
 USER = "User: the HNSW index returns too few rows with a WHERE filter.\nAssistant: over-fetch, then filter."
@@ -233,3 +237,41 @@ def test_invalid_json_does_not_count_as_a_server_failure(openai_server: OpenAICo
             model.complete_json(SYSTEM, USER)
 
     assert model.complete_json(SYSTEM, USER) == {"ok": True}
+
+
+def test_many_threads_asking_keep_at_most_max_in_flight_requests_open(openai_server: OpenAICompatibleServer) -> None:
+    openai_server.latency_seconds = 0.2  # long enough that requests sent together overlap at the server
+    model = chat_model(openai_server, max_in_flight=3)
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda n: model.complete_json(SYSTEM, f"{USER} ({n})"), range(12)))
+
+    assert len(answers) == 12
+    assert 2 <= openai_server.peak_in_flight <= 3
+    assert len(openai_server.requests_to(CHAT)) == 12
+
+
+def test_retry_after_pauses_every_chat_request_in_flight(openai_server: OpenAICompatibleServer) -> None:
+    openai_server.enqueue(CHAT, Reply.error(429, "slow down", retry_after=0.3))
+    model = chat_model(openai_server, max_in_flight=4)
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda n: model.complete_json(SYSTEM, f"{USER} ({n})"), range(6)))
+
+    assert len(answers) == 6
+    assert len(openai_server.requests_to(CHAT)) == 7  # the one told to wait was sent again
+
+
+def test_chunk_topics_ask_the_model_several_chunks_at_once_with_the_one_at_a_time_tags(
+    tmp_path: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    texts = [f"User: migrate table {name} to the new schema.\nAssistant: done." for name in "abcdefgh"]
+    openai_server.latency_seconds = 0.1
+    openai_server.default_chat_content = '{"topics": ["schema-migration"]}'
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        serial, fresh_serial = chunk_topics(wh, texts, set(), chat_model(openai_server, max_in_flight=1))
+        assert openai_server.peak_in_flight == 1
+        concurrent, fresh = chunk_topics(wh, texts, set(), chat_model(openai_server, max_in_flight=4))
+
+    assert openai_server.peak_in_flight >= 2
+    assert concurrent == serial and fresh == fresh_serial and len(fresh) == len(texts)

@@ -1,5 +1,5 @@
-"""Embedding computed outside the writer: staged by parallel compute steps from the published snapshot, committed
-by the one writer, and the warehouse the same as an in-process run's."""
+"""Per-session stages computed outside the writer: staged by parallel compute steps from the published snapshot,
+committed by the one writer, and the whole warehouse the same as an in-process run's."""
 
 from __future__ import annotations
 
@@ -13,34 +13,29 @@ import pytest
 from openai_server import OpenAICompatibleServer
 
 from sessionmem_pipeline.config import load_settings
+from warehouse_tables import warehouse_tables
+
 from sessionmem_pipeline.defs.assets import (
-    PIPELINE_ASSETS,
     chunk_embeddings,
     chunks,
     collapsed_messages,
+    memories,
     raw_messages,
     search_index,
-    staged_chunk_vectors,
+    session_summaries,
+    session_threads,
+    staged_results,
 )
 from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
-from sessionmem_pipeline.providers import embedder_from_settings
 from sessionmem_pipeline.stages.discover import discover
+from sessionmem_pipeline.stages.registry import COLLAPSE, EMBED, Providers
 from sessionmem_pipeline.stages.run import index_sources
-from sessionmem_pipeline.stages.staging import compute_embeddings, staging_folder
+from sessionmem_pipeline.stages.staging import compute_sessions, staging_folder
 from sessionmem_pipeline.warehouse import Warehouse
 
 SAMPLES = Path(__file__).parent.parent / "samples"
-PARTITIONED = [a for a in PIPELINE_ASSETS if a.partitions_def is not None]
-COMPARED = {
-    "sessions": "SELECT session_id, project, message_count FROM sessions",
-    "chunks": "SELECT chunk_id, session_id, context_hash, topics FROM chunks",
-    "chunk_embeddings": "SELECT chunk_id, session_id, text_hash, embedding FROM chunk_embeddings",
-    "embedding_cache": "SELECT model, text_hash, embedding FROM embedding_cache",
-    "embedding_failures": "SELECT chunk_id FROM embedding_failures",
-    "session_summaries": "SELECT session_id, version, summary FROM session_summaries",
-    "stage_state": "SELECT stage, session_id, input_fp, stage_key FROM stage_state WHERE session_id <> '*'",  # per session
-}
+COMMITS = [collapsed_messages, chunks, chunk_embeddings, session_summaries]
 
 
 def write_config(folder: Path, sources: Path, server: OpenAICompatibleServer) -> Path:
@@ -62,11 +57,6 @@ def sources(tmp_path: Path) -> Path:
     return root
 
 
-def contents(warehouse: Path) -> dict[str, list[tuple]]:
-    with Warehouse(warehouse) as wh:
-        return {name: sorted(map(tuple, wh.conn.execute(sql).fetchall()), key=repr) for name, sql in COMPARED.items()}
-
-
 def materialize(assets: list, config: Path, keys: list[str] | None = None) -> dg.ExecuteInProcessResult:
     instance = dg.DagsterInstance.ephemeral()
     tags = {}
@@ -77,6 +67,10 @@ def materialize(assets: list, config: Path, keys: list[str] | None = None) -> dg
     result = dg.materialize(assets, instance=instance, resources=resources, tags=tags)
     assert result.success
     return result
+
+
+def staged_files(settings) -> list[Path]:
+    return sorted(staging_folder(settings).parent.glob("*/*.parquet"))
 
 
 @pytest.mark.slow
@@ -90,21 +84,22 @@ def test_parallel_compute_steps_then_one_commit_build_the_same_warehouse_as_a_se
     settings = load_settings(config, env={})
     keys = sorted(f.partition_key for f in discover(settings.sources))
 
-    materialize([raw_messages, collapsed_messages, chunks], config, keys)  # publishes the snapshot compute reads
+    materialize([raw_messages], config, keys)  # publishes the snapshot compute reads
     with ThreadPoolExecutor(3) as pool:  # one compute step per partition, three at a time
-        list(pool.map(lambda key: materialize([staged_chunk_vectors], config, [key]), keys))
-    assert len(list(staging_folder(settings).glob("*.parquet"))) >= 2
-    commit = materialize([chunk_embeddings], config, keys)
-    materialize(PARTITIONED, config, keys)
-    materialize([search_index], config)
+        list(pool.map(lambda key: materialize([staged_results], config, [key]), keys))
+    assert {path.parent.name for path in staged_files(settings)} == {"collapse", "chunk", "embed", "summarize"}
+    commit = materialize(COMMITS, config, keys)
+    materialize([session_threads, memories, search_index], config)
 
-    metadata = commit.get_asset_materialization_events()[0].materialization.metadata
-    assert metadata["computed_in_commit"].value == 0  # every vector came from the compute steps
-    assert metadata["embedded"].value > 0
-    assert list(staging_folder(settings).glob("*.parquet")) == []  # committed files are removed
-    parallel, serial = contents(tmp_path / "parallel" / "w.duckdb"), contents(tmp_path / "serial" / "w.duckdb")
-    for table in COMPARED:
-        assert {repr(r) for r in parallel[table]} ^ {repr(r) for r in serial[table]} == set(), table
+    for event in commit.get_asset_materialization_events():  # every result came from the compute steps
+        assert event.materialization.metadata["computed_in_commit"].value == 0, event.asset_key
+    assert staged_files(settings) == []  # committed files are removed
+    parallel = warehouse_tables(tmp_path / "parallel" / "w.duckdb")
+    serial = warehouse_tables(tmp_path / "serial" / "w.duckdb")
+    assert parallel.keys() == serial.keys()
+    filled = {table for table, rows in serial.items() if rows}
+    assert {"collapsed_messages", "chunks", "embedding_cache", "session_summaries", "stage_state"} <= filled
+    for table in serial:
         assert parallel[table] == serial[table], table
 
 
@@ -112,14 +107,51 @@ def test_compute_reads_the_published_snapshot_while_a_writer_holds_the_live_file
     tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
 ) -> None:
     settings = load_settings(write_config(tmp_path, sources, openai_server), env={})
-    assert compute_embeddings(settings, None, embedder_from_settings(settings)).path is None  # nothing published yet
+    assert compute_sessions(settings, None, Providers(settings)).paths == []  # nothing published yet
     index_sources(settings)
     wider = settings.with_overrides({"embedding.dimensions": 48})  # another model: every chunk needs a new vector
 
     with Warehouse(settings.warehouse) as live:  # a run is writing
         chunk_texts = live.scalar("SELECT count(DISTINCT context_content) FROM chunks")
-        outcome = compute_embeddings(wider, None, embedder_from_settings(wider))
+        outcome = compute_sessions(wider, None, Providers(wider))
 
-    staged = pq.read_table(outcome.path)
-    assert staged.num_rows == outcome.embedded == chunk_texts
+    assert COLLAPSE.name not in outcome.computed  # what the snapshot holds up to date is not computed again
+    [vectors] = [path for path in outcome.paths if path.parent.name == EMBED.name]
+    staged = pq.read_table(vectors)
+    assert staged.num_rows == outcome.computed[EMBED.name] == chunk_texts
     assert {len(vector) for vector in staged.column("vector").to_pylist()} == {48}
+
+
+def test_sessionmem_index_commits_what_a_compute_step_staged_and_builds_the_same_warehouse(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    built = {}
+    for name in ("plain", "staged"):
+        (tmp_path / name).mkdir()
+        settings = load_settings(write_config(tmp_path / name, sources, openai_server), env={})
+        index_sources(settings)
+        built[name] = settings.with_overrides({"chunking.max_tokens": 200})  # every session is chunked anew
+
+    outcome = compute_sessions(built["staged"], None, Providers(built["staged"]))
+    assert outcome.computed["chunk"] > 0 and outcome.computed["embed"] > 0
+    staged_run = index_sources(built["staged"])
+    plain_run = index_sources(built["plain"])
+
+    assert {"chunk", "embed"} <= staged_run.computed_in_commit.keys()
+    assert set(staged_run.computed_in_commit.values()) == {0}  # the CLI committed the staged results
+    assert plain_run.computed_in_commit["chunk"] == outcome.computed["chunk"]
+    assert staged_files(built["staged"]) == []
+    assert warehouse_tables(built["staged"].warehouse) == warehouse_tables(built["plain"].warehouse)
+
+
+def test_a_result_staged_under_another_configuration_is_computed_again_by_the_commit(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    settings = load_settings(write_config(tmp_path, sources, openai_server), env={})
+    index_sources(settings)
+    other = settings.with_overrides({"chunking.max_tokens": 200})
+    staged = compute_sessions(other, None, Providers(other)).computed["chunk"]
+
+    run = index_sources(settings.with_overrides({"chunking.max_tokens": 300}))  # the chunk stage's key differs
+
+    assert run.computed_in_commit["chunk"] == staged > 0

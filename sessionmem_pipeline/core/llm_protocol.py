@@ -22,9 +22,17 @@ class ChatModel(Protocol):
     model: str
     """Identifies the model in caches and provenance ("gpt-4o-mini", "llama3.1:8b"): a new model means new answers."""
 
+    max_in_flight: int
+    """How many requests it answers at once (callers may ask from that many threads; the model caps it)."""
+
     def complete_json(self, system: str, user: str) -> dict[str, Any]:
         """The model's reply to `user` under the `system` instructions, parsed as a JSON object.
 
         Raises LLMError when no valid JSON object could be obtained.
         """
         ...
+
+
+def requests_at_once(llm: ChatModel) -> int:
+    """How many threads may ask `llm` at once (a model that does not say answers one request at a time)."""
+    return max(1, getattr(llm, "max_in_flight", 1))

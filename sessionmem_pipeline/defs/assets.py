@@ -1,9 +1,10 @@
 """The per-session assets and the search index: each one calls its stage function (stages/) and reports metadata.
 
 Asset key = the table it owns. Every asset that writes DuckDB runs in the `duckdb_warehouse` pool (limit 1) and
-takes the same writer lock as `sessionmem index`; the expensive embedding work is computed before that, outside
-the writer, in pool `sessionmem_compute` (`staged_chunk_vectors`, stages/staging.py). A run may cover many partitions (the sensor asks for backfills
-with a multi-run policy), so assets work over `context.partition_keys`.
+takes the same writer lock as `sessionmem index`; the per-session work (collapse, chunk and topics, embedding,
+summaries) is computed before that, outside the writer, in pool `sessionmem_compute` (`staged_results`,
+stages/staging.py), and the writer's assets commit it. A run may cover many partitions (the sensor asks for
+backfills with a multi-run policy), so assets work over `context.partition_keys`.
 """
 
 
@@ -16,7 +17,6 @@ import dagster as dg
 
 from sessionmem_pipeline.defs.partitions import COMPUTE_POOL, WAREHOUSE_POOL, session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
-from sessionmem_pipeline.providers import embedder_from_settings
 from sessionmem_pipeline.stages import pipeline, staging
 from sessionmem_pipeline.stages.discover import scan_sources
 from sessionmem_pipeline.stages.privacy import privacy_rules
@@ -56,9 +56,9 @@ def _stage_context(
     publish: bool = False,
 ) -> Iterator[tuple[StageContext, IndexReport]]:
     """The warehouse under the writer lock, a stage context scoped to the run's partitions, and a report whose
-    counts go into the run's row in `runs`. The snapshot is published at the end when this run does not also
-    materialize `search_index` (which publishes), so search sees any materialization with no other click, and
-    always when `publish` (a compute step downstream reads the snapshot)."""
+    counts go into the run's row in `runs`. The snapshot is published at the end by the run's last writer asset
+    (`search_index` when the run has it), so search sees any materialization with no other click and a run copies
+    the file once, and always when `publish` (a compute step downstream reads the snapshot)."""
     settings = sessionmem.settings()
     report = IndexReport(run_id=context.run.run_id)
     started = time.perf_counter()
@@ -88,8 +88,18 @@ def _stage_context(
             outgrown = report.indexed and wh.outgrown()
         if outgrown:
             rebuild_file(settings.warehouse)
-        if publish or search_index.key not in (context.run.asset_selection or set()):
+        if publish or not _writer_follows(context):
             publish_if_stale(settings.warehouse, generation)
+
+
+def _writer_follows(context: dg.AssetExecutionContext) -> bool:
+    """Whether this run materializes a writer asset downstream of this one (which runs later and publishes)."""
+    below = {context.asset_key}
+    for asset in PIPELINE_ASSETS:  # in dependency order
+        if asset.dependency_keys & below:
+            below.add(asset.key)
+    selected = context.run.asset_selection or set()
+    return any(key in selected for key in below - {context.asset_key, staged_results.key})
 
 
 def _partition_metadata(
@@ -121,8 +131,9 @@ def _partition_metadata(
 @session_asset(group_name="sessions")
 def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Canonical messages of each session file: validated, privacy exclusions applied, redacted, quarantined when
-    unusable, only new lines when grown; a vanished file's sessions stay, marked source-missing."""
-    with _stage_context(context, sessionmem) as (ctx, report):
+    unusable, only new lines when grown; a vanished file's sessions stay, marked source-missing (published at once:
+    the compute step works from the snapshot)."""
+    with _stage_context(context, sessionmem, publish=True) as (ctx, report):
         scan = scan_sources(ctx.settings.sources, rules=privacy_rules(ctx.settings))
         scan.files = [f for f in scan.files if f.partition_key in set(context.partition_keys)]
         pipeline.ingest(ctx, scan, report)
@@ -146,19 +157,50 @@ def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
     )
 
 
-@session_asset(deps=[raw_messages], group_name="sessions")
-def collapsed_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> None:
+@dg.asset(
+    partitions_def=session_partitions,
+    pool=COMPUTE_POOL,
+    op_tags=COMPUTE_TAGS,
+    backfill_policy=BACKFILL_POLICY,
+    deps=[raw_messages],
+    group_name="sessions",
+    kinds={"parquet"},
+)
+def staged_results(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
+    """Each per-session stage's results (collapsed messages, chunks with topics, vectors, summaries) that the
+    published snapshot lacks, computed outside the writer (never opens the live file, so many run at once) into
+    the staging folder (`staging.path`) for the writer's assets to commit."""
+    settings = sessionmem.settings()
+    summarize = SUMMARIZE_DUE if SENSOR_RUN_TAG in context.run.tags else SUMMARIZE_NOW
+    outcome = staging.compute_sessions(settings, list(context.partition_keys), Providers(settings), summarize=summarize)
+    return dg.MaterializeResult(
+        metadata={
+            "sessions": outcome.sessions,
+            **{f"computed_{stage}": count for stage, count in outcome.computed.items()},
+            "embedding_failed": outcome.failed,
+            "staged": dg.MetadataValue.json([str(path) for path in outcome.paths]),
+        }
+    )
+
+
+def _computed_in_commit(report: StageReport, stage: str) -> dict[str, int]:
+    """What the commit computed itself because no staging file held it (0: everything came from compute)."""
+    return {"computed_in_commit": report.computed_in_commit.get(stage, 0)}
+
+
+@session_asset(deps=[raw_messages, staged_results], group_name="sessions")
+def collapsed_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Tool calls collapsed to one narrative line each (everything downstream reads this)."""
     with _stage_context(context, sessionmem) as (ctx, report):
         pipeline.collapse(ctx, report)
         _partition_metadata(context, ctx, report, lambda key, counts: {"rebuilt": bool(counts.get("collapsed"))})
+    return dg.MaterializeResult(metadata=_computed_in_commit(report, "collapse"))
 
 
 @session_asset(deps=[collapsed_messages], group_name="sessions")
-def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> None:
-    """Exchange chunks with topic tags, decision/action flags and the contextual prefix (published at once: the
-    vectors are computed from the snapshot)."""
-    with _stage_context(context, sessionmem, publish=True) as (ctx, report):
+def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
+    """Exchange chunks with topic tags, decision/action flags and the contextual prefix."""
+    with _stage_context(context, sessionmem) as (ctx, report):
         pipeline.chunk(ctx, report)
         for warning in report.warnings:
             context.log.warning(warning)
@@ -167,45 +209,22 @@ def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) ->
             return {"dagster/row_count": counts.get("chunks", 0), "tokens": counts.get("tokens", 0)}
 
         _partition_metadata(context, ctx, report, fields)
+    return dg.MaterializeResult(metadata=_computed_in_commit(report, "chunk"))
 
 
-@dg.asset(
-    partitions_def=session_partitions,
-    pool=COMPUTE_POOL,
-    op_tags=COMPUTE_TAGS,
-    backfill_policy=BACKFILL_POLICY,
-    deps=[chunks],
-    group_name="sessions",
-    kinds={"parquet"},
-)
-def staged_chunk_vectors(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
-    """Vectors of the chunks the published snapshot lacks, computed outside the writer (never opens the live file,
-    so many run at once) into the staging folder (`staging.path`) for `chunk_embeddings` to commit."""
-    settings = sessionmem.settings()
-    outcome = staging.compute_embeddings(settings, list(context.partition_keys), embedder_from_settings(settings))
-    return dg.MaterializeResult(
-        metadata={
-            "sessions": outcome.sessions,
-            "embedded": outcome.embedded,
-            "failed": outcome.failed,
-            "staged": dg.MetadataValue.path(str(outcome.path)) if outcome.path else "nothing to embed",
-        }
-    )
-
-
-@session_asset(deps=[chunks, staged_chunk_vectors], group_name="sessions")
+@session_asset(deps=[chunks], group_name="sessions")
 def chunk_embeddings(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Vectors of each chunk's contextual content, committed from the staging files (what they lack is embedded
     here), cached by (model, text hash); failures retried next run."""
     with _stage_context(context, sessionmem) as (ctx, report):
-        computed_in_commit = staging.commit_staged(ctx, report)
+        pipeline.embed(ctx, report)
         _partition_metadata(context, ctx, report)
     return dg.MaterializeResult(
         metadata={
             "embedded": report.embedded,
             "cached": report.embeddings_cached,
             "failed": report.embedding_failures,
-            "computed_in_commit": computed_in_commit,
+            **_computed_in_commit(report, "embed"),
         }
     )
 
@@ -219,7 +238,9 @@ def session_summaries(context: dg.AssetExecutionContext, sessionmem: SessionmemR
         _partition_metadata(context, ctx, report)
     for warning in report.warnings:
         context.log.warning(f"chat model failed, extractive summary used: {warning}")
-    return dg.MaterializeResult(metadata={"versions_written": report.summaries_written})
+    return dg.MaterializeResult(
+        metadata={"versions_written": report.summaries_written, **_computed_in_commit(report, "summarize")}
+    )
 
 
 @dg.asset(pool=WAREHOUSE_POOL, op_tags=WRITER_TAGS, deps=[session_summaries], group_name="summaries", kinds={"duckdb"})
@@ -269,9 +290,9 @@ def search_index(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
 
 PIPELINE_ASSETS = [
     raw_messages,
+    staged_results,
     collapsed_messages,
     chunks,
-    staged_chunk_vectors,
     chunk_embeddings,
     session_summaries,
     session_threads,

@@ -32,7 +32,7 @@ from sessionmem_pipeline.defs.assets import (
     search_index,
     session_summaries,
     session_threads,
-    staged_chunk_vectors,
+    staged_results,
 )
 from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
@@ -43,7 +43,7 @@ from sessionmem_pipeline.stages.summaries import due, pending
 from sessionmem_pipeline.warehouse import open_reader, read_storage_error, snapshot_generation, snapshot_path
 
 SENSOR_SETTINGS = load_settings()  # intervals are fixed when Dagster loads the definitions (spec 000 cron interval)
-INDEX_ASSETS = [raw_messages, collapsed_messages, chunks, staged_chunk_vectors, chunk_embeddings, session_summaries]
+INDEX_ASSETS = [raw_messages, staged_results, collapsed_messages, chunks, chunk_embeddings, session_summaries]
 STAGE_ASSETS = {
     "ingest": raw_messages,
     "collapse": collapsed_messages,

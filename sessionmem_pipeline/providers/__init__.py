@@ -47,4 +47,10 @@ def embedder_from_settings(settings) -> Embedder:
 
 def chat_model_from_settings(settings):
     """The chat model the configuration selects, or None when `llm.provider` is "none"."""
-    return build_chat_model(settings["llm.provider"], settings["llm.model"], settings["llm.base_url"], settings["llm.api_key"])
+    return build_chat_model(
+        settings["llm.provider"],
+        settings["llm.model"],
+        settings["llm.base_url"],
+        settings["llm.api_key"],
+        max_in_flight=settings["llm.max_in_flight"],
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from typing import Any
 
@@ -19,6 +20,7 @@ from sessionmem_pipeline.providers.openai_compat import (
     OPENAI_BASE_URL,
     PROVIDER_FAILURES,
     MalformedResponseError,
+    PauseGate,
     ProviderConfigError,
     RetryPolicy,
     call_with_retries,
@@ -77,7 +79,8 @@ class OpenAIChatModel:
     garbled replies are retried with exponential backoff (3 tries, as for embeddings); a reply that is
     not a JSON object is answered once with a request to fix it. Anything still failing raises
     `LLMError` naming the model, the server and the cause; after a few such failures in a row the
-    model stops sending for a while (see `_complete`).
+    model stops sending for a while (see `_complete`). Callers may ask from many threads: at most
+    `max_in_flight` requests are open at once, and a backoff (a 429's Retry-After) pauses all of them.
     """
 
     def __init__(
@@ -93,8 +96,12 @@ class OpenAIChatModel:
         max_output_tokens: int | None = None,
         give_up_after_failures: int = 3,
         cooldown_seconds: float = 60.0,
+        max_in_flight: int = 1,
     ) -> None:
+        if max_in_flight < 1:
+            raise ProviderConfigError(f"llm.max_in_flight must be at least 1, got {max_in_flight}")
         self.model = model
+        self.max_in_flight = max_in_flight
         self.give_up_after_failures = give_up_after_failures
         self.cooldown_seconds = cooldown_seconds
         self.temperature = temperature
@@ -103,6 +110,8 @@ class OpenAIChatModel:
         self._client = make_client(base_url=base_url, api_key=api_key, timeout=timeout, section="llm")
         self._retry = RetryPolicy(max_attempts=max_attempts, backoff_seconds=backoff_seconds)
         self._json_mode = True
+        self._slots = threading.BoundedSemaphore(max_in_flight)
+        self._gate = PauseGate()
         self._failed_in_a_row = 0
         self._last_failure = ""
         self._last_failure_at = 0.0
@@ -171,7 +180,7 @@ class OpenAIChatModel:
             request["response_format"] = {"type": "json_object"}
 
         def call() -> tuple[str, str | None]:
-            with reading_reply():
+            with self._slots, reading_reply():
                 response = self._client.chat.completions.create(**request)
             if not getattr(response, "choices", None) or response.choices[0].message is None:
                 raise MalformedResponseError("the reply has no choices")
@@ -179,7 +188,7 @@ class OpenAIChatModel:
             return choice.message.content or choice.message.refusal or "", choice.finish_reason
 
         try:
-            return call_with_retries(call, self._retry)
+            return call_with_retries(call, self._retry, gate=self._gate)
         except (openai.BadRequestError, openai.UnprocessableEntityError):
             raise
         except PROVIDER_FAILURES as error:
@@ -192,12 +201,18 @@ class OpenAIChatModel:
 
 
 def build_chat_model(
-    provider: str, model: str | None = None, base_url: str | None = None, api_key: str | None = None
+    provider: str,
+    model: str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    *,
+    max_in_flight: int = 1,
 ) -> ChatModel | None:
     """The chat model the configuration asks for, or None for "none"; an API key alone never switches one on."""
     provider = provider.strip().lower()
     if provider == "none":
         return None
     if provider == "openai":
-        return OpenAIChatModel(model or DEFAULT_CHAT_MODEL, base_url=base_url, api_key=api_key)
+        model = model or DEFAULT_CHAT_MODEL
+        return OpenAIChatModel(model, base_url=base_url, api_key=api_key, max_in_flight=max_in_flight)
     raise ProviderConfigError(f"llm.provider must be 'none' or 'openai', got {provider!r}")

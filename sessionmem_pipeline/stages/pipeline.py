@@ -1,7 +1,9 @@
 """Each registered stage as one function of a `StageContext`: it selects its own stale work from the durable
 stage state, does it, and records it. `sessionmem index` calls them in order (`run_all`); each Dagster asset calls
 the one it stands for, scoped to its partitions. Nothing here depends on what an earlier stage of the same run
-handed over, so any run, killed or failed anywhere, is completed by the next one.
+handed over, so any run, killed or failed anywhere, is completed by the next one. The per-session stages are the
+commit half of the compute/commit split (stages/staging.py): they take what a compute step staged for exactly
+their input and compute the rest themselves.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
 from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
@@ -36,9 +39,22 @@ from sessionmem_pipeline.stages.registry import (
     fault_point,
 )
 from sessionmem_pipeline.stages.search_index import refresh_search_index
-from sessionmem_pipeline.stages.summaries import due, embed_missing_summaries, pending, summarize_sessions
+from sessionmem_pipeline.stages import staging
+from sessionmem_pipeline.stages.summaries import (
+    SessionResult,
+    due,
+    embed_missing_summaries,
+    pending,
+    summarize_sessions,
+)
 from sessionmem_pipeline.stages.threads import refresh_threads
-from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_options, collapse_sessions
+from sessionmem_pipeline.stages.transform import (
+    chunk_session_rows,
+    chunking_options,
+    collapsed_rows,
+    write_chunks,
+    write_collapsed,
+)
 
 
 @dataclass
@@ -72,6 +88,7 @@ class StageReport:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     per_session: dict[str, dict[str, int]] = field(default_factory=dict)  # session -> counts (Dagster metadata)
     per_file: dict[str, dict[str, object]] = field(default_factory=dict)  # partition key -> ingest decision
+    computed_in_commit: dict[str, int] = field(default_factory=dict)  # stage -> results no staging file held
 
     @contextlib.contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -123,16 +140,6 @@ def _counter(ctx: StageContext, stage: str, total: int) -> Callable[[int], None]
     return advance
 
 
-def _recorder(ctx: StageContext, stage: Stage, work: dict[str, str]) -> Callable[[str], None]:
-    """Records one session's state for `stage`, then gives a test the chance to fail after the first one."""
-
-    def record(session_id: str) -> None:
-        ctx.record(stage, {session_id: work[session_id]})
-        fault_point(stage.name, "in")
-
-    return record
-
-
 # ---- per-session stages --------------------------------------------------------------------------------------
 
 
@@ -172,11 +179,55 @@ def mark_missing_sources(ctx: StageContext, roots: Sequence[Path] | None, report
             mark_missing(ctx.wh, path)
 
 
+COMMIT_BATCH = 100
+"""Sessions whose results are written, with their stage state, in one transaction."""
+
+
+def _commit(
+    ctx: StageContext,
+    stage: Stage,
+    work: dict[str, str],
+    report: StageReport,
+    compute: Callable[[str], dict[str, Any] | None],
+    write: Callable[[dict[str, dict[str, Any]]], None],
+) -> dict[str, dict[str, Any]]:
+    """A session stage's commit: each stale session's result from a staging file when a compute step built one
+    from the same input (stages/staging.py), else `compute`d here (None: nothing to build yet); written with the
+    stage state, one transaction per batch. Staging files of the run's scope are removed afterwards."""
+    staged = staging.read_results(ctx.settings, stage, ctx.keys[stage.name])
+    sessions = list(work)
+    committed: dict[str, dict[str, Any]] = {}
+    computed_here = report.computed_in_commit.setdefault(stage.name, 0)
+    for start in range(0, len(sessions), COMMIT_BATCH):
+        results = {}
+        for session_id in sessions[start : start + COMMIT_BATCH]:
+            result = staged.result(session_id, work[session_id])
+            if result is None:
+                computed_here += 1
+                result = compute(session_id)
+            if result is not None:
+                results[session_id] = result
+        with ctx.wh.transaction():
+            write(results)
+            ctx.record(stage, {session_id: work[session_id] for session_id in results})
+        fault_point(stage.name, "in")
+        committed.update(results)
+    report.computed_in_commit[stage.name] = computed_here
+    staged.remove_consumed(ctx.scope)
+    return committed
+
+
 def collapse(ctx: StageContext, report: StageReport) -> None:
     work = ctx.stale(COLLAPSE)
-    outcome = collapse_sessions(ctx.wh, list(work), on_written=_recorder(ctx, COLLAPSE, work))
-    report.collapsed += outcome.sessions
-    for session_id in work:
+
+    def compute(session_id: str) -> dict[str, Any]:
+        return {"rows": collapsed_rows(ctx.wh.load_messages(session_id))}
+
+    def write(results: dict[str, dict[str, Any]]) -> None:
+        write_collapsed(ctx.wh, {session_id: result["rows"] for session_id, result in results.items()})
+
+    for session_id in _commit(ctx, COLLAPSE, work, report, compute, write):
+        report.collapsed += 1
         report.count(session_id, "collapsed")
 
 
@@ -185,35 +236,44 @@ def chunk(ctx: StageContext, report: StageReport) -> None:
     if not work:
         return
     options = chunking_options(ctx.settings, ctx.providers.embedder, ctx.providers.llm)
-    outcome = chunk_sessions(ctx.wh, list(work), **options, on_written=_recorder(ctx, CHUNK, work))
-    report.chunks += outcome.chunks
-    report.tokens += outcome.tokens
-    report.warnings += outcome.warnings
-    for row in ctx.wh.query(
-        "SELECT session_id, count(*) AS n, sum(token_count) AS tokens FROM chunks "
-        "WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id",
-        [list(work)],
-    ):
-        report.count(row["session_id"], "chunks", row["n"])
-        report.count(row["session_id"], "tokens", int(row["tokens"] or 0))
+
+    def compute(session_id: str) -> dict[str, Any] | None:
+        session = ctx.wh.session_row(session_id)
+        if session is None:
+            return None
+        return chunk_session_rows(ctx.wh, session, ctx.wh.load_collapsed(session_id), **options)
+
+    def write(results: dict[str, dict[str, Any]]) -> None:
+        outcome = write_chunks(ctx.wh, results, ctx.now)
+        report.chunks += outcome.chunks
+        report.tokens += outcome.tokens
+        report.warnings += outcome.warnings
+
+    for session_id, result in _commit(ctx, CHUNK, work, report, compute, write).items():
+        report.count(session_id, "chunks", len(result["rows"]))
+        report.count(session_id, "tokens", sum(row["token_count"] for row in result["rows"]))
 
 
 def embed(ctx: StageContext, report: StageReport) -> None:
-    """Vectors for the chunks of stale sessions; a session is recorded once every chunk has one (failures stay
-    stale and are retried by the next run)."""
+    """Vectors for the chunks of stale sessions (those a compute step staged are taken from its files); a session
+    is recorded once every chunk has one (failures stay stale and are retried by the next run)."""
     work = ctx.stale(EMBED)
     if not work:
         return
     sessions = list(work)
+    staged = staging.read_vectors(ctx.settings, ctx.providers.embedder.model_id)
+    embedder = staging.StagedEmbedder(ctx.providers.embedder, staged)
     total = len(ctx.wh.chunks_without_embedding(sessions)) if ctx.wh.get_meta("embedding_model") else 0
-    outcome = embed_sessions(ctx.wh, sessions, ctx.providers.embedder, progress=_counter(ctx, "embed", total))
+    outcome = embed_sessions(ctx.wh, sessions, embedder, progress=_counter(ctx, "embed", total))
     report.embedded += outcome.embedded
     report.embeddings_cached += outcome.cached
     report.embedding_failures += outcome.failed
+    report.computed_in_commit[EMBED.name] = report.computed_in_commit.get(EMBED.name, 0) + embedder.computed_here
     incomplete = {row["session_id"] for row in ctx.wh.chunks_without_embedding(sessions)}
     with ctx.wh.transaction():
         ctx.record(EMBED, {s: fp for s, fp in work.items() if s not in incomplete})
     fault_point("embed", "in")
+    staged.remove_consumed(ctx.scope)
     if outcome.failed:
         message = f"{outcome.failed} chunks could not be embedded; they are retried on the next run"
         report.errors.append(SessionMemoryError(ErrorType.EMBEDDING_FAILED, message).as_dict())
@@ -244,12 +304,17 @@ def summarize(ctx: StageContext, report: StageReport) -> None:
         work = {s: fp for s, fp in work.items() if s in chosen}
     if not work:
         return
+    files = staging.read_results(ctx.settings, SUMMARIZE, ctx.keys[SUMMARIZE.name])
+    staged = {s: SessionResult.from_row(found) for s, fp in work.items() if (found := files.result(s, fp)) is not None}
+    computed_here = report.computed_in_commit.get(SUMMARIZE.name, 0) + len(work) - len(staged)
+    report.computed_in_commit[SUMMARIZE.name] = computed_here
     outcome = summarize_sessions(
-        ctx.wh, list(work), llm=ctx.providers.llm, embedder=ctx.providers.embedder, now=ctx.now
+        ctx.wh, list(work), llm=ctx.providers.llm, embedder=ctx.providers.embedder, now=ctx.now, staged=staged
     )
     with ctx.wh.transaction():
         ctx.record(SUMMARIZE, {s: work[s] for s in outcome.handled})
     fault_point("summarize", "in")
+    files.remove_consumed(ctx.scope)
     report.summaries_written += outcome.versions_written
     report.warnings += outcome.llm_fallbacks
 

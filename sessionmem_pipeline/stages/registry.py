@@ -129,6 +129,11 @@ def stage_key(stage: Stage, settings: Settings, providers: Providers) -> str:
     return hashlib.md5(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def stage_keys(settings: Settings, providers: Providers) -> dict[str, str]:
+    """Every stage's key: what a compute step and the commit must agree on for a staged result to be used."""
+    return {stage.name: stage_key(stage, settings, providers) for stage in STAGES}
+
+
 @dataclass
 class StageContext:
     """What a stage is handed: the warehouse, settings, providers, who is running, and the scope of the run."""
@@ -145,7 +150,7 @@ class StageContext:
 
     @cached_property
     def keys(self) -> dict[str, str]:
-        return {stage.name: stage_key(stage, self.settings, self.providers) for stage in STAGES}
+        return stage_keys(self.settings, self.providers)
 
     def stale(self, stage: Stage) -> dict[str, str]:
         """Sessions (within the scope) whose output of this session stage must be built, with their input."""

@@ -1,12 +1,15 @@
-"""The embed stage split in two: compute outside the writer, in parallel; commit by the one writer.
+"""Every per-session stage split in two: compute outside the writer, in parallel; commit by the one writer.
 
-Compute (any process on any machine that reaches the staging folder) opens only the published reader snapshot,
-never the live DuckDB file another process may be writing: for the chunks of its sessions that have no vector and
-none in the cache there, it asks the embedder and writes one Parquet file of vectors (and of the texts that
-failed, with why). Commit runs the ordinary embed stage (`pipeline.embed`) with a `StagedEmbedder` that answers
-from those files, so what it writes, records and retries is exactly what an in-process run writes. A text the
-files do not hold (its chunk changed after the snapshot was published, or no compute step ran) is embedded by the
-real embedder during the commit, so staging can only make a run faster, never change its result.
+Compute (`compute_sessions`: any process on any machine that reaches the staging folder) opens only the published
+reader snapshot, never the live DuckDB file another process may be writing. For the sessions of its partitions
+whose messages the snapshot holds, it runs what the stages would run (collapse, chunk with topics, embed,
+summarize), starting from the snapshot's messages and from whatever output the snapshot already holds up to date,
+and leaves one Parquet file per stage in the staging folder: each session's result under the input fingerprint and
+stage key it was built from (the fingerprints chain: a stage's input is md5(upstream input || upstream key)), and
+vectors by text. The stages themselves (stages/pipeline.py, the same functions `sessionmem index` runs in process)
+are the commit: for each stale session they take the staged result built from exactly the input they are about to
+build from, and compute anything the files do not hold (no compute step ran, or the input changed after the
+snapshot was published) themselves. So staging can only make a run faster, never change its result.
 """
 
 from __future__ import annotations
@@ -14,21 +17,38 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sessionmem_pipeline.config import Settings
+from sessionmem_pipeline.core.llm_protocol import requests_at_once
+from sessionmem_pipeline.core.summarize import messages_after, summary_is_due
 from sessionmem_pipeline.providers.embedders import Embedder, EmbeddingOutcome, vectors_or_raise
-from sessionmem_pipeline.stages import pipeline
-from sessionmem_pipeline.stages.registry import Providers, StageContext
-from sessionmem_pipeline.warehouse import NothingIndexedYet, Snapshot, open_reader
+from sessionmem_pipeline.stages.registry import (
+    CHUNK,
+    COLLAPSE,
+    EMBED,
+    INGEST,
+    SUMMARIZE,
+    SUMMARIZE_NOW,
+    Providers,
+    Stage,
+    stage_keys,
+)
+from sessionmem_pipeline.stages.summaries import SessionResult, embed_results, latest_summary, summarize_session
+from sessionmem_pipeline.stages.transform import chunk_session_rows, chunking_options, collapsed_rows
+from sessionmem_pipeline.warehouse import DATABASE, NothingIndexedYet, Snapshot, collapsed_from_row, open_reader
 
-_SCHEMA = pa.schema(
+_VECTOR_SCHEMA = pa.schema(
     [
         ("session_id", pa.string()),
         ("model", pa.string()),
@@ -39,11 +59,11 @@ _SCHEMA = pa.schema(
 )
 
 
-def staging_folder(settings: Settings) -> Path:
-    """Where compute leaves embedding files for the commit: `staging.path`, else a folder beside the warehouse."""
+def staging_folder(settings: Settings, stage: Stage = EMBED) -> Path:
+    """Where compute leaves a stage's results for the commit: `staging.path`, else a folder beside the warehouse."""
     configured = settings["staging.path"]
     base = Path(configured) if configured else settings.warehouse.with_name(f"{settings.warehouse.stem}.staging")
-    return base / "embed"
+    return base / stage.name
 
 
 def text_key(text: str) -> str:
@@ -51,71 +71,200 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def downstream_input(input_fp: str, stage_key: str) -> str:
+    """The input fingerprint of the stages after one built from `input_fp` under `stage_key` (as `stale_sessions`
+    computes it in SQL)."""
+    return hashlib.md5(f"{input_fp}{stage_key}".encode()).hexdigest()
+
+
+# ---- compute ---------------------------------------------------------------------------------------------------
+
+
 @dataclass
 class ComputeOutcome:
-    sessions: int = 0
-    embedded: int = 0
-    failed: int = 0
-    path: Path | None = None
+    sessions: int = 0  # sessions with at least one stage computed
+    computed: dict[str, int] = field(default_factory=dict)  # stage -> sessions computed (embed: texts)
+    failed: int = 0  # texts the embedder could not embed
+    paths: list[Path] = field(default_factory=list)
 
 
-def compute_embeddings(settings: Settings, partition_keys: Sequence[str] | None, embedder: Embedder) -> ComputeOutcome:
-    """Vectors for these partitions' chunks that the published snapshot has neither embedded nor cached, written
-    to one new staging file (nothing is written when there is nothing to embed)."""
-    work = _pending_texts(settings, partition_keys, embedder)
-    outcome = ComputeOutcome(sessions=len({session for session, _ in work.values()}))
-    if not work:
-        return outcome
-    texts = list(work)
-    result = embedder.embed_with_failures(texts)
-    rows = []
-    for index, text in enumerate(texts):
-        vector = result.vector(index)
-        rows.append(
-            {
-                "session_id": work[text][0],
-                "model": embedder.model_id,
-                "text_key": work[text][1],
-                "vector": None if vector is None else vector.tolist(),
-                "error": result.failures.get(index),
-            }
-        )
-    outcome.failed = len(result.failures)
-    outcome.embedded = len(texts) - outcome.failed
-    outcome.path = _write_atomically(staging_folder(settings), pa.Table.from_pylist(rows, schema=_SCHEMA))
-    return outcome
+@dataclass
+class _SessionWork:
+    """What compute built for one session, by stage."""
+
+    results: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # stage -> (input fp, result)
+    texts: dict[str, str] = field(default_factory=dict)  # text -> context hash, to embed
 
 
-def _pending_texts(
-    settings: Settings, partition_keys: Sequence[str] | None, embedder: Embedder
-) -> dict[str, tuple[str, str]]:
-    """Text -> (session, text key) for what the snapshot still lacks a vector of (read only, then closed)."""
+def compute_sessions(
+    settings: Settings,
+    partition_keys: Sequence[str] | None,
+    providers: Providers,
+    *,
+    summarize: str = SUMMARIZE_NOW,
+    now: datetime | None = None,
+) -> ComputeOutcome:
+    """Every stage's results for these partitions' sessions (all sessions when None) that the published snapshot
+    does not hold up to date, written to new staging files (none when there is nothing to do). Sessions are
+    computed `llm.max_in_flight` at a time when a chat model is configured (its requests are latency-bound)."""
     try:
         conn = open_reader(settings.warehouse)
     except NothingIndexedYet:
-        return {}
+        return ComputeOutcome()
     try:
         snapshot = Snapshot(conn)
         if partition_keys is None:
             sessions = [row["session_id"] for row in snapshot.query("SELECT session_id FROM sessions")]
         else:
             sessions = [s for key in partition_keys for s in snapshot.sessions_of_partition(key)]
-        same_model = snapshot.scalar("SELECT value FROM meta WHERE key = 'embedding_model'") == embedder.model_id
-        if same_model:
-            rows = snapshot.chunks_without_embedding(sessions)
-        else:  # no vectors yet, or of another model: every chunk needs one
-            rows = snapshot.query(
-                "SELECT session_id, context_content, context_hash FROM chunks WHERE session_id IN (SELECT unnest(?))",
-                [sessions],
-            )
-        cached = snapshot.cached_embeddings(embedder.model_id, [row["context_hash"] for row in rows])
+        state = _stage_state(snapshot, sessions)
+        run = _Compute(settings, providers, stage_keys(settings, providers), summarize, now or datetime.now(UTC))
+        in_flight = requests_at_once(providers.llm) if providers.llm is not None else 1
+        with ThreadPoolExecutor(in_flight, thread_name_prefix="compute") as pool:
+            work = pool.map(lambda s: run.session(_thread_snapshot(conn), s, state.get(s, {})), sessions)
+            done = dict(zip(sessions, work, strict=True))
+        return _write_outcome(settings, providers, run.keys, snapshot, done)
     finally:
         conn.close()
-    return {
-        row["context_content"]: (row["session_id"], text_key(row["context_content"]))
-        for row in rows
-        if row["context_hash"] not in cached
-    }
+
+
+def _thread_snapshot(conn: duckdb.DuckDBPyConnection) -> Snapshot:
+    """A handle on the same snapshot for one thread (a DuckDB connection is not shared between threads)."""
+    cursor = conn.cursor()
+    cursor.execute(f"USE {DATABASE}")
+    return Snapshot(cursor)
+
+
+def _stage_state(snapshot: Snapshot, sessions: Sequence[str]) -> dict[str, dict[str, tuple[str, str]]]:
+    """Session -> stage -> (input fp, stage key), as the snapshot records it."""
+    state: dict[str, dict[str, tuple[str, str]]] = {}
+    for row in snapshot.query(
+        "SELECT session_id, stage, input_fp, stage_key FROM stage_state WHERE session_id IN (SELECT unnest(?))",
+        [list(sessions)],
+    ):
+        state.setdefault(row["session_id"], {})[row["stage"]] = (row["input_fp"], row["stage_key"])
+    return state
+
+
+@dataclass
+class _Compute:
+    """One compute step's settings, providers and stage keys: `session` computes one session's stages."""
+
+    settings: Settings
+    providers: Providers
+    keys: Mapping[str, str]
+    summarize: str
+    now: datetime
+
+    def session(self, snapshot: Snapshot, session_id: str, state: Mapping[str, tuple[str, str]]) -> _SessionWork:
+        """What the stages would build for this session from the snapshot, those whose output the snapshot does
+        not already hold up to date (nothing while its ingest is out of date: the stages wait for it)."""
+        work = _SessionWork()
+        ingest = state.get(INGEST.name)
+        session = snapshot.session_row(session_id)
+        if ingest is None or ingest[1] != self.keys[INGEST.name] or session is None:
+            return work
+        fps = {COLLAPSE.name: downstream_input(*ingest)}
+        fps[CHUNK.name] = fps[SUMMARIZE.name] = downstream_input(fps[COLLAPSE.name], self.keys[COLLAPSE.name])
+        fps[EMBED.name] = downstream_input(fps[CHUNK.name], self.keys[CHUNK.name])
+        built = {stage for stage, fp in fps.items() if state.get(stage) == (fp, self.keys[stage])}
+        if COLLAPSE.name in built:
+            collapsed = snapshot.load_collapsed(session_id)
+        else:
+            rows = collapsed_rows(snapshot.load_messages(session_id))
+            work.results[COLLAPSE.name] = (fps[COLLAPSE.name], {"rows": rows})
+            collapsed = [collapsed_from_row(row) for row in rows]
+        if CHUNK.name not in built:
+            options = chunking_options(self.settings, self.providers.embedder, self.providers.llm)
+            chunked = chunk_session_rows(snapshot, session, collapsed, **options)
+            work.results[CHUNK.name] = (fps[CHUNK.name], chunked)
+            work.texts = {row["context_content"]: row["context_hash"] for row in chunked["rows"]}
+        elif EMBED.name not in built:
+            same_model = snapshot.get_meta("embedding_model") == self.providers.embedder.model_id
+            rows = snapshot.chunks_without_embedding([session_id]) if same_model else snapshot.query(
+                "SELECT context_content, context_hash FROM chunks WHERE session_id = ?", [session_id]
+            )
+            work.texts = {row["context_content"]: row["context_hash"] for row in rows}
+        if self.settings["summaries.enabled"] and SUMMARIZE.name not in built:
+            latest = latest_summary(snapshot, session_id)
+            previous = latest[1] if latest else None
+            try:
+                if self._due(session, collapsed, previous):
+                    result = summarize_session(collapsed, previous, self.providers.llm)
+                    work.results[SUMMARIZE.name] = (fps[SUMMARIZE.name], result)
+            except ValueError:  # the latest summary cannot be continued: the stage itself says why
+                pass
+        return work
+
+    def _due(self, session: Mapping[str, Any], collapsed: Sequence[Any], previous: Any) -> bool:
+        """Whether the summarize stage will want this session now (always when a person asked for summaries)."""
+        if self.summarize == SUMMARIZE_NOW:
+            return True
+        return summary_is_due(
+            last_message_at=session["ended_at"],
+            now=self.now,
+            new_messages_since_summary=len(messages_after(collapsed, previous)),
+            idle_minutes=self.settings["summaries.idle_minutes"],
+            message_threshold=self.settings["summaries.message_threshold"],
+        )
+
+def _write_outcome(
+    settings: Settings,
+    providers: Providers,
+    keys: Mapping[str, str],
+    snapshot: Snapshot,
+    done: Mapping[str, _SessionWork],
+) -> ComputeOutcome:
+    """The results as one file per stage; texts to embed (those no cache of the snapshot holds) embedded first."""
+    outcome = ComputeOutcome(sessions=sum(1 for w in done.values() if w.results or w.texts))
+    summaries = [w.results[SUMMARIZE.name][1] for w in done.values() if SUMMARIZE.name in w.results]
+    embed_results(summaries, providers.embedder)
+    for stage in (COLLAPSE, CHUNK, SUMMARIZE):
+        rows = [
+            {
+                "session_id": s,
+                "input_fp": fp,
+                "stage_key": keys[stage.name],
+                **(result.to_row() if isinstance(result, SessionResult) else result),
+            }
+            for s, w in done.items()
+            if (found := w.results.get(stage.name)) is not None
+            for fp, result in [found]
+        ]
+        if rows:
+            outcome.computed[stage.name] = len(rows)
+            outcome.paths.append(_write_atomically(staging_folder(settings, stage), pa.Table.from_pylist(rows)))
+    vectors = _vector_rows(snapshot, providers.embedder, done)
+    if vectors:
+        outcome.computed[EMBED.name] = sum(1 for row in vectors if row["vector"] is not None)
+        outcome.failed = len(vectors) - outcome.computed[EMBED.name]
+        outcome.paths.append(
+            _write_atomically(staging_folder(settings, EMBED), pa.Table.from_pylist(vectors, schema=_VECTOR_SCHEMA))
+        )
+    return outcome
+
+
+def _vector_rows(snapshot: Snapshot, embedder: Embedder, done: Mapping[str, _SessionWork]) -> list[dict[str, Any]]:
+    """Vectors of the texts no cache holds (one call: `embedding.max_in_flight` requests at a time)."""
+    owner = {text: session for session, w in done.items() for text in w.texts}
+    hashes = {text: digest for w in done.values() for text, digest in w.texts.items()}
+    if not hashes:
+        return []
+    cached = snapshot.cached_embeddings(embedder.model_id, list(hashes.values()))
+    texts = [text for text, digest in hashes.items() if digest not in cached]
+    if not texts:
+        return []
+    result = embedder.embed_with_failures(texts)
+    return [
+        {
+            "session_id": owner[text],
+            "model": embedder.model_id,
+            "text_key": text_key(text),
+            "vector": None if (vector := result.vector(index)) is None else vector.tolist(),
+            "error": result.failures.get(index),
+        }
+        for index, text in enumerate(texts)
+    ]
 
 
 def _write_atomically(folder: Path, table: pa.Table) -> Path:
@@ -128,25 +277,52 @@ def _write_atomically(folder: Path, table: pa.Table) -> Path:
     return target
 
 
+# ---- commit ----------------------------------------------------------------------------------------------------
+
+
 @dataclass
 class StagedFiles:
-    """The staging files a commit read: their vectors and failures by text key, and which sessions each covers."""
+    """The staging files of one stage a commit read, and which sessions each covers."""
 
-    vectors: dict[str, np.ndarray] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
     sessions_of_file: dict[Path, set[str]] = field(default_factory=dict)
+    results: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (session, input fp) -> result
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)  # embed: text key -> vector
+    errors: dict[str, str] = field(default_factory=dict)  # embed: text key -> why it failed
 
-    def consumed(self, committed: set[str]) -> list[Path]:
-        """The files whose every session is among those just committed: they can go."""
-        return [path for path, sessions in self.sessions_of_file.items() if sessions <= committed]
+    def result(self, session_id: str, input_fp: str) -> dict[str, Any] | None:
+        return self.results.get((session_id, input_fp))
+
+    def remove_consumed(self, scope: Sequence[str] | None) -> None:
+        """Remove the files whose every session is within the commit's scope (None: every file)."""
+        within = set(scope) if scope is not None else None
+        for path, sessions in self.sessions_of_file.items():
+            if within is None or sessions <= within:
+                path.unlink(missing_ok=True)
 
 
-def read_staged(settings: Settings, model_id: str) -> StagedFiles:
-    """Every complete staging file, the vectors of `model_id` in them (files of another model are left alone)."""
+def _files(settings: Settings, stage: Stage) -> list[Path]:
+    folder = staging_folder(settings, stage)
+    return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+
+
+def read_results(settings: Settings, stage: Stage, stage_key: str) -> StagedFiles:
+    """Every complete staging file of a stage's per-session results, those built under `stage_key` (the same
+    version, configuration and models as the commit's)."""
     staged = StagedFiles()
-    folder = staging_folder(settings)
-    for path in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-        table = pq.read_table(path, schema=_SCHEMA).to_pylist()
+    for path in _files(settings, stage):
+        rows = pq.read_table(path).to_pylist()
+        staged.sessions_of_file[path] = {row["session_id"] for row in rows}
+        for row in rows:
+            if row.pop("stage_key") == stage_key:
+                staged.results[(row.pop("session_id"), row.pop("input_fp"))] = row
+    return staged
+
+
+def read_vectors(settings: Settings, model_id: str) -> StagedFiles:
+    """Every complete staging file of vectors of `model_id` (files of another model are left alone)."""
+    staged = StagedFiles()
+    for path in _files(settings, EMBED):
+        table = pq.read_table(path, schema=_VECTOR_SCHEMA).to_pylist()
         if any(row["model"] != model_id for row in table):
             continue
         staged.sessions_of_file[path] = {row["session_id"] for row in table}
@@ -198,17 +374,3 @@ class StagedEmbedder(Embedder):
                 else:
                     vectors[index] = vector
         return EmbeddingOutcome(vectors, failures)
-
-
-def commit_staged(ctx: StageContext, report: pipeline.StageReport) -> int:
-    """The embed stage (one transaction per batch, stage state recorded as in-process) answered from the staging
-    files; files whose sessions were all in this commit's scope are removed afterwards. Returns how many texts the
-    commit had to embed itself because no staging file held them."""
-    real = ctx.providers.embedder
-    staged = read_staged(ctx.settings, real.model_id)
-    embedder = StagedEmbedder(real, staged)
-    pipeline.embed(replace(ctx, providers=Providers(ctx.settings, given_embedder=embedder)), report)
-    scope = set(ctx.scope) if ctx.scope is not None else {s for sessions in staged.sessions_of_file.values() for s in sessions}
-    for path in staged.consumed(scope):
-        path.unlink(missing_ok=True)
-    return embedder.computed_here

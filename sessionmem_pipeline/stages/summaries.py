@@ -9,13 +9,15 @@ warehouse by `due_sessions`, and by `summary_due_sensor` from the published snap
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import duckdb
 
 from sessionmem_pipeline.core.llm_protocol import ChatModel
+from sessionmem_pipeline.core.models import CollapsedMessage
 from sessionmem_pipeline.core.summarize import (
     EXTRACTIVE_MODEL,
     SessionSummary,
@@ -85,6 +87,60 @@ def latest_summary(wh: Warehouse, session_id: str) -> tuple[int, SessionSummary]
     return rows[0]["version"], SessionSummary.from_dict(json.loads(rows[0]["summary"]))
 
 
+@dataclass
+class SessionResult:
+    """The summarize stage's compute for one session: a new summary (None: nothing to summarize, or the same
+    input as the latest), the latest version's input hash it was built on, and its vector once embedded."""
+
+    base_hash: str | None
+    summary: SessionSummary | None = None
+    unchanged: bool = False
+    error: str | None = None
+    messages_read: int = 0
+    vector: list[float] | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        return {**vars(self), "summary": json.dumps(self.summary.to_dict()) if self.summary else None}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> SessionResult:
+        summary = SessionSummary.from_dict(json.loads(row["summary"])) if row["summary"] else None
+        fields = ("base_hash", "unchanged", "error", "messages_read", "vector")
+        return cls(**{name: row[name] for name in fields}, summary=summary)
+
+
+def summarize_session(
+    messages: Sequence[CollapsedMessage], latest: SessionSummary | None, llm: ChatModel | None, *, full: bool = False
+) -> SessionResult:
+    """Summarize one session's collapsed messages, incrementally on `latest` unless `full`."""
+    result = SessionResult(base_hash=latest.input_hash if latest else None)
+    model = llm.model if llm else EXTRACTIVE_MODEL
+    if not messages:  # nothing to summarize (every message was dropped)
+        return result
+    if latest and not full and not messages_after(messages, latest):
+        result.unchanged = True
+        return result
+    if full and latest and summary_input_hash(messages, None, model) == latest.input_hash:
+        result.unchanged = True
+        return result
+    base = None if full else latest
+    result.messages_read = len(messages_after(messages, base)) if base else len(messages)
+    summary, result.error = summarize_with_fallback(messages, previous=base, llm=llm)
+    if latest and summary.input_hash == latest.input_hash:
+        result.unchanged = True
+    else:
+        result.summary = summary
+    return result
+
+
+def embed_results(results: Sequence[SessionResult], embedder: Embedder | None) -> None:
+    """Vectors for the new summaries that have none yet (one embedding call; a failure leaves None)."""
+    waiting = [r for r in results if r.summary is not None and r.vector is None]
+    vectors = _vectors_or_none(embedder, [r.summary.text_for_embedding() for r in waiting])
+    for result, vector in zip(waiting, vectors, strict=True):
+        result.vector = None if vector is None else [float(x) for x in vector]
+
+
 def summarize_sessions(
     wh: Warehouse,
     session_ids: Sequence[str],
@@ -93,33 +149,26 @@ def summarize_sessions(
     embedder: Embedder | None,
     full: bool = False,
     now: datetime | None = None,
+    staged: Mapping[str, SessionResult] | None = None,
 ) -> SummaryOutcome:
-    """Summarize each session (incrementally unless `full`), writing a version only when the input changed."""
+    """Summarize each session (incrementally unless `full`), writing a version only when the input changed. A
+    result `staged` by a compute step is used when it was built on the same latest version."""
     outcome = SummaryOutcome()
-    model = llm.model if llm else EXTRACTIVE_MODEL
-    written: list[tuple[str, int, SessionSummary]] = []
+    written: list[tuple[str, int, SessionResult]] = []
     for session_id in session_ids:
-        messages = wh.load_collapsed(session_id)
         outcome.handled.append(session_id)
-        if not messages:  # nothing to summarize (every message was dropped)
-            continue
         latest = latest_summary(wh, session_id)
         version, previous = latest if latest else (0, None)
-        if previous and not full and not messages_after(messages, previous):
-            outcome.unchanged += 1
+        result = (staged or {}).get(session_id)
+        if full or result is None or result.base_hash != (previous.input_hash if previous else None):
+            result = summarize_session(wh.load_collapsed(session_id), previous, llm, full=full)
+        outcome.unchanged += result.unchanged
+        outcome.messages_read += result.messages_read
+        if result.error is not None:
+            outcome.llm_fallbacks.append(f"{session_id}: {result.error}")
+        if result.summary is None:
             continue
-        if full and previous and summary_input_hash(messages, None, model) == previous.input_hash:
-            outcome.unchanged += 1
-            continue
-        base = None if full else previous
-        outcome.messages_read += len(messages_after(messages, base)) if base else len(messages)
-        summary, error = summarize_with_fallback(messages, previous=base, llm=llm)
-        if error is not None:
-            outcome.llm_fallbacks.append(f"{session_id}: {error}")
-        if previous and summary.input_hash == previous.input_hash:
-            outcome.unchanged += 1
-            continue
-        written.append((session_id, version + 1, summary))
+        written.append((session_id, version + 1, result))
         if len(written) >= WRITE_BATCH:
             _write_versions(wh, written, embedder, now or datetime.now(UTC))
             outcome.versions_written += len(written)
@@ -130,16 +179,17 @@ def summarize_sessions(
 
 
 def _write_versions(
-    wh: Warehouse, versions: list[tuple[str, int, SessionSummary]], embedder: Embedder | None, now: datetime
+    wh: Warehouse, versions: list[tuple[str, int, SessionResult]], embedder: Embedder | None, now: datetime
 ) -> None:
-    """New summary versions with their embeddings (one embedding call for the batch), in one transaction."""
+    """New summary versions with their embeddings (one embedding call for those not staged with one), in one
+    transaction."""
     if not versions:
         return
-    texts = [summary.text_for_embedding() for _, _, summary in versions]
-    vectors = _vectors_or_none(embedder, texts)
+    embed_results([result for _, _, result in versions], embedder)
     with wh.transaction():
-        for (session_id, version, summary), text, vector in zip(versions, texts, vectors, strict=True):
-            _insert_version(wh, session_id, version, summary, text, vector, now)
+        for session_id, version, result in versions:
+            text = result.summary.text_for_embedding()
+            _insert_version(wh, session_id, version, result.summary, text, result.vector, now)
         wh.sync_keyword_index("summaries", [session_id for session_id, _, _ in versions])
 
 
