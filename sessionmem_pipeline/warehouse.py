@@ -539,12 +539,20 @@ class _Queries:
         return {index: list(vector) for index, vector in rows}
 
     def source_state(self, path: str) -> tuple[IndexedState | None, dict[str, Any] | None]:
-        rows = self.query("SELECT * FROM source_files WHERE path = ?", [path])
-        if not rows or rows[0]["status"] != "indexed":
-            return None, rows[0] if rows else None
-        row = rows[0]
-        state = IndexedState(row["size"], row["mtime_ns"], row["sha256"], row["consumed_bytes"], row["prefix_sha256"])
-        return state, row
+        return self.source_states([path]).get(path, (None, None))
+
+    def source_states(self, paths: Sequence[str]) -> dict[str, tuple[IndexedState | None, dict[str, Any]]]:
+        """Per stored path of these: its indexed state (None unless indexed) and its row, in one query (a scan's
+        files are looked up together, not one query each)."""
+        rows = self.query("SELECT * FROM source_files WHERE path IN (SELECT unnest(?))", [list(paths)])
+        return {
+            row["path"]: (
+                IndexedState(row["size"], row["mtime_ns"], row["sha256"], row["consumed_bytes"], row["prefix_sha256"])
+                if row["status"] == "indexed" else None,
+                row,
+            )
+            for row in rows
+        }
 
     def quarantined_sha256(self, path: str) -> str | None:
         return self.scalar("SELECT sha256 FROM quarantine WHERE path = ?", [path])

@@ -63,15 +63,22 @@ def session_fingerprint(session: ParsedSession) -> str:
     return digest.hexdigest()
 
 
-def ingest_file(ctx: StageContext, source: SourceFile, *, full: bool = False) -> IngestOutcome:
+def ingest_file(
+    ctx: StageContext,
+    source: SourceFile,
+    *,
+    full: bool = False,
+    stored: tuple[changes.IndexedState | None, dict | None] | None = None,
+) -> IngestOutcome:
     """Decide what the file needs and do it, in one transaction with the ingest stage's state of its sessions.
+    `stored`: the file's stored state and row, when the caller read a whole scan's in one query.
 
     A file stored under another ingest key (a new parser, redaction version or privacy setting) is read again
     whole. Sessions the privacy rules exclude are not written (and forgotten if they were stored before); the rest
     lose their private spans and secrets before anything is stored."""
     wh: Warehouse = ctx.wh
     key = ctx.keys[INGEST.name]
-    previous, row = wh.source_state(source.path)
+    previous, row = stored if stored is not None else wh.source_state(source.path)
     current = file_stat(source.path)
     decision = changes.decide(current, previous, _read_prefix(source.path))
     stored_under_other_key = previous is not None and row["stage_key"] != key

@@ -144,8 +144,9 @@ def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: boo
     report.source_problems += [asdict(p) for p in scan.problems]
     report.excluded += [{"path": path, "reason": str(why)} for path, why in scan.excluded]
     report.files_seen += len(scan.files)
+    stored = ctx.wh.source_states([source.path for source in scan.files])
     for done, source in enumerate(scan.files, start=1):
-        report.add_ingest(ingest_file(ctx, source, full=full))
+        report.add_ingest(ingest_file(ctx, source, full=full, stored=stored.get(source.path, (None, None))))
         if done == 1:
             fault_point("ingest", "in")
         ctx.progress("ingest", done, len(scan.files))
@@ -154,12 +155,18 @@ def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: boo
     report.excluded += [{"session_id": sid, "reason": reason} for sid, reason in removed]
 
 
-def mark_missing_sources(ctx: StageContext, roots: Sequence[Path] | None, report: StageReport) -> None:
+def mark_missing_sources(
+    ctx: StageContext, roots: Sequence[Path] | None, report: StageReport, scan: Discovery | None = None
+) -> None:
     """Indexed files (under the given roots, or the given partitions' files) that are gone: their sessions stay,
-    marked source-missing. Quarantine records of vanished files are dropped."""
+    marked source-missing. Quarantine records of vanished files are dropped. Files the `scan` just found are
+    there: only the others are looked at again."""
     prefixes = tuple(str(Path(r).resolve()) + os.sep for r in roots) if roots is not None else None
     keys = set(ctx.partition_keys) if ctx.partition_keys is not None else None
+    found = {source.path for source in scan.files} if scan is not None else set()
     for row in ctx.wh.query("SELECT path, partition_key, status FROM source_files WHERE status <> 'missing'"):
+        if row["path"] in found:
+            continue
         if prefixes is not None and not row["path"].startswith(prefixes):
             continue
         if keys is not None and row["partition_key"] not in keys:
@@ -309,7 +316,7 @@ def run_all(
     """Every stage in order, each selecting its own work from the stage state."""
     with report.timed("ingest"):
         ingest(ctx, scan, report, full=full)
-        mark_missing_sources(ctx, roots, report)
+        mark_missing_sources(ctx, roots, report, scan)
     fault_point("ingest", "after")
     for name, step in SESSION_STEPS.items():
         with report.timed(name):
