@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +38,7 @@ from sessionmem_pipeline.stages.registry import (
 )
 from sessionmem_pipeline.stages.search_index import refresh_search_index
 from sessionmem_pipeline.stages.summaries import due, embed_missing_summaries, pending, summarize_sessions
-from sessionmem_pipeline.stages.threads import refresh_threads
+from sessionmem_pipeline.stages.threads import project_fingerprints, refresh_threads
 from sessionmem_pipeline.stages.transform import chunk_sessions, chunking_options, collapse_sessions
 
 
@@ -265,10 +266,12 @@ def summarize(ctx: StageContext, report: StageReport) -> None:
 
 
 def threads(ctx: StageContext, report: StageReport) -> None:
-    input_fp = ctx.global_input([SUMMARIZE.name])
+    """Threads of the projects whose sessions' summaries changed (stages/threads.py)."""
+    per_project = project_fingerprints(ctx.wh)
+    input_fp = hashlib.md5(json.dumps(per_project, sort_keys=True).encode()).hexdigest()
     if not ctx.global_is_stale(THREADS, input_fp):
         return
-    report.threads = refresh_threads(ctx.wh)
+    report.threads = refresh_threads(ctx.wh, ctx.keys[THREADS.name], per_project)
     with ctx.wh.transaction():
         ctx.record(THREADS, {GLOBAL: input_fp})
 
