@@ -192,13 +192,14 @@ def warehouse_state_sensor(context: dg.SensorEvaluationContext, sessionmem: Sess
     if seen["generation"] == generation:
         return dg.SensorResult(skip_reason="nothing new in the snapshot")
     conn = open_reader(settings.warehouse)
-    try:
+    try:  # only the state built since the cursor's time is read, not every session's
         rows = conn.execute(
-            """SELECT DISTINCT t.stage, s.partition_key, t.run_id, CAST(t.built_at AS VARCHAR) AS built
+            """SELECT DISTINCT t.stage, s.partition_key, t.run_id, t.built_at
                FROM stage_state t LEFT JOIN sessions s ON s.session_id = t.session_id
-               ORDER BY built"""
+               WHERE starts_with(t.run_id, ?) AND (? IS NULL OR t.built_at > CAST(? AS TIMESTAMPTZ))
+               ORDER BY t.built_at""",
+            [CLI_RUNS] + [seen["built_at"] or None] * 2,
         ).fetchall()
-        rows = [r for r in rows if r[2].startswith(CLI_RUNS) and r[3] > seen["built_at"]]
     finally:
         conn.close()
     events = []
@@ -217,7 +218,7 @@ def warehouse_state_sensor(context: dg.SensorEvaluationContext, sessionmem: Sess
         )
     known = set(context.instance.get_dynamic_partitions(session_partitions.name))
     unknown = sorted(partitions - known)
-    latest = rows[-1][3] if rows else seen["built_at"]
+    latest = rows[-1][3].isoformat() if rows else seen["built_at"]
     return dg.SensorResult(
         asset_events=events,
         dynamic_partitions_requests=[session_partitions.build_add_request(unknown)] if unknown else [],
