@@ -543,8 +543,13 @@ class _Queries:
 
     def source_states(self, paths: Sequence[str]) -> dict[str, tuple[IndexedState | None, dict[str, Any]]]:
         """Per stored path of these: its indexed state (None unless indexed) and its row, in one query (a scan's
-        files are looked up together, not one query each)."""
-        rows = self.query("SELECT * FROM source_files WHERE path IN (SELECT unnest(?))", [list(paths)])
+        files are looked up together, not one query each; handed over as Arrow, since DuckDB converts a list
+        parameter value by value)."""
+        self.conn.register("_wanted_paths", pa.table({"path": pa.array(list(paths), pa.string())}))
+        try:
+            rows = self.query("SELECT f.* FROM source_files f SEMI JOIN _wanted_paths w ON w.path = f.path")
+        finally:
+            self.conn.unregister("_wanted_paths")
         return {
             row["path"]: (
                 IndexedState(row["size"], row["mtime_ns"], row["sha256"], row["consumed_bytes"], row["prefix_sha256"])

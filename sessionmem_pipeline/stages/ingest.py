@@ -129,7 +129,8 @@ def ingest_file(
     outcome.excluded_removed = len({sid for sid, _ in excluded} & set(stored_ids))
     fingerprints = {session.session_id: session_fingerprint(session) for session in parsed.sessions}
     with wh.transaction():
-        wh.forget_sessions([sid for sid, _ in excluded], _now(), remember=False)  # also publishes the exclusions
+        if excluded:  # (forgetting scans every file's session list)
+            wh.forget_sessions([sid for sid, _ in excluded], _now(), remember=False)  # also publishes the exclusions
         wh.replace("excluded_sessions", "path", [source.path], exclusion_rows([(source.path, s, w) for s, w in excluded]))
         plan = _write_plan(wh, parsed, stored_ids, decision, fingerprints, key, source.path, full=full)
         wh.delete_sessions(plan.removed + sorted(plan.replaced))
