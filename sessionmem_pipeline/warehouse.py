@@ -118,11 +118,12 @@ def extension_path(name: str) -> Path:
     return path
 
 
-def _extension_connection() -> duckdb.DuckDBPyConnection:
+def _extension_connection(*, extensions: bool = True) -> duckdb.DuckDBPyConnection:
     conn = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    for name in ("vss", "fts"):
-        conn.execute(f"LOAD '{extension_path(name)}'")
-    conn.execute("SET hnsw_enable_experimental_persistence = true")
+    if extensions:
+        for name in ("vss", "fts"):
+            conn.execute(f"LOAD '{extension_path(name)}'")
+        conn.execute("SET hnsw_enable_experimental_persistence = true")
     return conn
 
 
@@ -384,9 +385,10 @@ def writer_lock(warehouse: Path, *, timeout: float = 600.0, holder: str = "") ->
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def connect(path: Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """A connection whose default database is the file at `path`, with vss and fts loaded first."""
-    conn = _extension_connection()
+def connect(path: Path, *, read_only: bool = False, extensions: bool = True) -> duckdb.DuckDBPyConnection:
+    """A connection whose default database is the file at `path`, with vss and fts loaded first (unless
+    `extensions` is off: loading them costs more than a short read of plain tables)."""
+    conn = _extension_connection(extensions=extensions)
     mode = " (READ_ONLY)" if read_only else ""
     try:
         conn.execute(f"ATTACH '{_sql_string(str(path))}' AS {DATABASE}{mode}")
@@ -1348,7 +1350,7 @@ def snapshot_generation(warehouse: Path) -> int | None:
     if not target.is_file():
         return None
     try:
-        conn = connect(target, read_only=True)
+        conn = connect(target, read_only=True, extensions=False)  # reads plain tables only
     except WarehouseError:
         return None
     try:
