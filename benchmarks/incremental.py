@@ -145,10 +145,7 @@ def warm_up(base_url: str) -> None:
     with tempfile.TemporaryDirectory() as name:
         corpus = Corpus(Path(name) / "sources")
         corpus.add_session()
-        settings = settings_for(Path(name) / "live" / "w.duckdb", corpus.root, base_url)
-        index_sources(settings)
-        corpus.append_message()
-        index_sources(settings)
+        index_sources(settings_for(Path(name) / "live" / "w.duckdb", corpus.root, base_url))
 
 
 def kept_build(keep: Path, target_chunks: int, base_url: str) -> tuple[Path, dict]:
