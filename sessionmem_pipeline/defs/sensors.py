@@ -38,9 +38,10 @@ from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
 from sessionmem_pipeline.stages.discover import discover, file_stat
 from sessionmem_pipeline.stages.privacy import privacy_rules
+from sessionmem_pipeline.stages.registry import SUMMARIZE, Providers, StageContext
 from sessionmem_pipeline.stages.memories import find_memory_files
 from sessionmem_pipeline.stages.summaries import due, pending
-from sessionmem_pipeline.warehouse import open_reader, read_storage_error, snapshot_generation, snapshot_path
+from sessionmem_pipeline.warehouse import Snapshot, open_reader, read_storage_error, snapshot_generation, snapshot_path
 
 SENSOR_SETTINGS = load_settings()  # intervals are fixed when Dagster loads the definitions (spec 000 cron interval)
 INDEX_ASSETS = [raw_messages, collapsed_messages, chunks, staged_chunk_vectors, chunk_embeddings, session_summaries]
@@ -151,9 +152,10 @@ def summary_due_sensor(context: dg.SensorEvaluationContext, sessionmem: Sessionm
     if not settings["summaries.enabled"] or not snapshot.exists():
         return dg.SensorResult(skip_reason="summaries are off, or nothing is indexed yet")
     conn = open_reader(snapshot)
-    try:
+    try:  # only sessions whose summary is out of date in the stage state can be due: not every session is counted
+        stale = StageContext(Snapshot(conn), settings, Providers(settings), "summary_due_sensor").stale(SUMMARIZE)
         ready = due(
-            pending(conn),
+            pending(conn, list(stale)),
             now=datetime.now(UTC),
             idle_minutes=settings["summaries.idle_minutes"],
             message_threshold=settings["summaries.message_threshold"],
