@@ -1,6 +1,7 @@
 """Cost follows the change (issue 15): what one small change costs in a small and a large warehouse.
 
     .venv/bin/python benchmarks/incremental.py [--chunks 1000 10000 100000] [--changes 20] [--json]
+        [--keep DIR] [--profile DIR] [--repeat N]
 
 Per size: generates Claude Code sessions (benchmarks/indexing.py) until the warehouse holds about that many chunks,
 indexes them with `index_sources` (embeddings from a fast fake OpenAI-compatible server on 127.0.0.1 that hashes
@@ -8,11 +9,17 @@ words into vectors: the point is the pipeline's own cost), then times a run afte
 appended to one session; one new session; one deleted file (wall time and the slowest stages). Then applies
 `--changes` more such changes (run after each) and compares the live file and snapshot with a fresh build of the
 same sources, and the first build's file with a bulk copy of its data (`warehouse.rebuild_file`).
+
+Each run is reported as wall time and CPU time (the process's, all threads: the machine may be shared). `--keep DIR`
+keeps each size's first build (sources and warehouse) in DIR/<chunks>/base and measures on a copy of it, so a 100k build
+is paid once; `--changes 0` skips the size comparison (and its fresh build); `--profile DIR` writes a cProfile of
+each timed run there; `--repeat N` measures each size N times and reports the least times.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import random
 import shutil
@@ -44,7 +51,7 @@ class Corpus:
     def __init__(self, root: Path, seed: int = 15) -> None:
         self.root = root
         self.rng = random.Random(seed)
-        self.files: list[Path] = []
+        self.files: list[Path] = sorted(root.rglob("session-*.jsonl"), key=lambda p: p.name)
 
     def add_session(self) -> Path:
         number = len(self.files)
@@ -83,10 +90,20 @@ def settings_for(warehouse: Path, sources: Path, base_url: str) -> Settings:
     return load_settings(None, flags, env={}, cwd=warehouse.parent, home=warehouse.parent)
 
 
-def timed_run(settings: Settings) -> dict:
+def timed_run(settings: Settings, profile: Path | None = None) -> dict:
+    """One `index_sources` run: wall and CPU seconds and the slowest stages (cProfile'd into `profile`, if given)."""
+    profiler = cProfile.Profile(time.process_time) if profile else None  # CPU time: the machine may be shared
+    cpu = time.process_time()
+    if profiler:
+        profiler.enable()
     report = index_sources(settings)
+    if profiler:
+        profiler.disable()
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        profiler.dump_stats(profile)
     stages = sorted(report.stage_seconds.items(), key=lambda item: -item[1])
-    return {"seconds": round(report.seconds, 2), "stages": {k: round(v, 2) for k, v in stages[:4]}}
+    return {"seconds": round(report.seconds, 2), "cpu": round(time.process_time() - cpu, 2),
+            "stages": {k: round(v, 2) for k, v in stages[:4]}}
 
 
 def sizes(warehouse: Path) -> dict:
@@ -99,7 +116,8 @@ def chunk_count(warehouse: Path) -> int:
         return wh.scalar("SELECT count(*) FROM chunks")
 
 
-def measure(folder: Path, target_chunks: int, changes: int, base_url: str) -> dict:
+def build(folder: Path, target_chunks: int, base_url: str) -> dict:
+    """Sessions in folder/sources until about `target_chunks` chunks, indexed into folder/live: the first build."""
     corpus = Corpus(folder / "sources")
     warehouse = folder / "live" / "w.duckdb"
     settings = settings_for(warehouse, corpus.root, base_url)
@@ -117,12 +135,55 @@ def measure(folder: Path, target_chunks: int, changes: int, base_url: str) -> di
     shutil.copy(warehouse, bulk)
     rebuild_file(bulk)
     row["first_vs_bulk"] = round(warehouse.stat().st_size / bulk.stat().st_size, 2)
+    shutil.rmtree(bulk.parent)
+    return row
+
+
+def warm_up(base_url: str) -> None:
+    """Index one session once, so what a process loads on first use (the tokenizer, clients) is not charged to
+    whichever size is measured first."""
+    with tempfile.TemporaryDirectory() as name:
+        corpus = Corpus(Path(name) / "sources")
+        corpus.add_session()
+        index_sources(settings_for(Path(name) / "live" / "w.duckdb", corpus.root, base_url))
+
+
+def kept_build(keep: Path, target_chunks: int, base_url: str) -> tuple[Path, dict]:
+    """The first build of this size, made once in keep/<chunks>/run and kept as keep/<chunks>/base; each call
+    restores run/ from base/ (the warehouse stores absolute source paths, so the copy must live where it was built)."""
+    run, base = keep / str(target_chunks) / "run", keep / str(target_chunks) / "base"
+    done = base / "build.json"
+    if not done.exists():
+        shutil.rmtree(run.parent, ignore_errors=True)
+        run.mkdir(parents=True)
+        row = build(run, target_chunks, base_url)
+        shutil.copytree(run, base, symlinks=True)
+        done.write_text(json.dumps(row))
+    else:
+        shutil.rmtree(run, ignore_errors=True)
+        shutil.copytree(base, run, symlinks=True)
+        (run / "build.json").unlink()
+    return run, json.loads(done.read_text())
+
+
+def measure(folder: Path, row: dict, changes: int, base_url: str, profile: Path | None = None) -> dict:
+    """Times a run after each kind of small change to the built `folder`, then (`changes` > 0) the file sizes
+    after that many more changes against a fresh build of the same sources."""
+    corpus = Corpus(folder / "sources", seed=16)
+    warehouse = folder / "live" / "w.duckdb"
+    settings = settings_for(warehouse, corpus.root, base_url)
+
+    def profile_to(name: str) -> Path | None:
+        return profile / f"{row['chunks']}-{name.replace(' ', '_')}.prof" if profile else None
 
     changes_by_name = {"append": corpus.append_message, "new session": corpus.add_session, "delete": corpus.delete_file}
-    row["nothing"] = timed_run(settings)
+    index_sources(settings)  # a kept build made by older code: whatever a new stage version asks of it, untimed
+    row["nothing"] = timed_run(settings, profile_to("nothing"))
     for name, change in changes_by_name.items():
         change()
-        row[name] = timed_run(settings)
+        row[name] = timed_run(settings, profile_to(name))
+    if not changes:
+        return row
     for step in range(changes):
         list(changes_by_name.values())[step % 3]()
         index_sources(settings)
@@ -134,19 +195,34 @@ def measure(folder: Path, target_chunks: int, changes: int, base_url: str) -> di
     return row
 
 
+RUNS = ("nothing", "append", "new session", "delete")
+
+
+def fastest(repeats: Sequence[dict]) -> dict:
+    """One row from repeated measurements of a size: per run, the least wall and the least CPU time (a shared
+    machine only ever adds), and the stages of the run with the least wall time."""
+    row = dict(repeats[0])
+    for name in RUNS:
+        runs = [r[name] for r in repeats]
+        row[name] = {**min(runs, key=lambda run: run["seconds"]), "cpu": min(run["cpu"] for run in runs)}
+    return row
+
+
 def print_table(rows: Sequence[dict], changes: int) -> None:
-    print(f"{'chunks':>8} {'first s':>8} {'nothing s':>9} {'append s':>9} {'new s':>7} {'delete s':>9} "
-          f"{'file MB':>8} {'snap MB':>8} {'fresh MB':>9} {'growth':>7} {'1st/bulk':>8}")
+    print(f"{'chunks':>8} {'first s':>8} " + " ".join(f"{name + ' s/cpu':>17}" for name in RUNS) + f" {'1st/bulk':>8}")
     for r in rows:
-        print(f"{r['chunks']:>8} {r['first_index']['seconds']:>8} {r['nothing']['seconds']:>9} "
-              f"{r['append']['seconds']:>9} {r['new session']['seconds']:>7} {r['delete']['seconds']:>9} "
-              f"{r['after_changes']['file_mb']:>8} {r['after_changes']['snapshot_mb']:>8} {r['fresh']['file_mb']:>9} "
-              f"{r['growth']:>7} {r['first_vs_bulk']:>8}")
-    print(f"file/snap MB: after {changes} more changes (append/new/delete in turn); growth = file / fresh build's file;"
-          " 1st/bulk = first index's file / a bulk copy of its data")
+        runs = " ".join(f"{str(r[name]['seconds']) + ' / ' + str(r[name]['cpu']):>17}" for name in RUNS)
+        print(f"{r['chunks']:>8} {r['first_index']['seconds']:>8} {runs} {r['first_vs_bulk']:>8}")
+    print("s/cpu: wall / CPU seconds of the run after that change; 1st/bulk = first index's file / a bulk copy of its data")
+    if changes:
+        print(f"\n{'chunks':>8} {'file MB':>8} {'snap MB':>8} {'fresh MB':>9} {'growth':>7}")
+        for r in rows:
+            print(f"{r['chunks']:>8} {r['after_changes']['file_mb']:>8} {r['after_changes']['snapshot_mb']:>8} "
+                  f"{r['fresh']['file_mb']:>9} {r['growth']:>7}")
+        print(f"file/snap MB: after {changes} more changes (append/new/delete in turn); growth = file / fresh build's file")
     print("\nslowest stages (s):")
     for r in rows:
-        for name in ("first_index", "nothing", "append", "new session", "delete"):
+        for name in ("first_index", *RUNS):
             stages = ", ".join(f"{k} {v}" for k, v in r[name]["stages"].items())
             print(f"  {r['chunks']:>8} {name:<12} {stages}")
 
@@ -156,12 +232,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--changes", type=int, default=20)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--keep", type=Path, help="keep each size's first build here and measure on copies of it")
+    parser.add_argument("--profile", type=Path, help="write a cProfile of each timed run into this folder")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure each size this many times (on fresh copies of the build); report the least times")
     args = parser.parse_args(argv)
     rows = []
     with OpenAICompatibleServer(native_dimensions=DIMENSIONS) as server:
+        warm_up(server.base_url)
         for target in args.chunks:
-            with tempfile.TemporaryDirectory() as folder:
-                rows.append(measure(Path(folder), target, args.changes, server.base_url))
+            repeats = []
+            for _ in range(args.repeat):
+                if args.keep:
+                    folder, row = kept_build(args.keep.resolve(), target, server.base_url)
+                    repeats.append(measure(folder, row, args.changes, server.base_url, args.profile))
+                else:
+                    with tempfile.TemporaryDirectory() as name:
+                        repeats.append(measure(Path(name), build(Path(name), target, server.base_url), args.changes,
+                                               server.base_url, args.profile))
+            rows.append(fastest(repeats))
             if not args.json:
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     if args.json:

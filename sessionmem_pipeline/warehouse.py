@@ -121,11 +121,12 @@ def extension_path(name: str) -> Path:
     return path
 
 
-def _extension_connection() -> duckdb.DuckDBPyConnection:
+def _extension_connection(*, extensions: bool = True) -> duckdb.DuckDBPyConnection:
     conn = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    for name in ("vss", "fts"):
-        conn.execute(f"LOAD '{extension_path(name)}'")
-    conn.execute("SET hnsw_enable_experimental_persistence = true")
+    if extensions:
+        for name in ("vss", "fts"):
+            conn.execute(f"LOAD '{extension_path(name)}'")
+        conn.execute("SET hnsw_enable_experimental_persistence = true")
     return conn
 
 
@@ -387,9 +388,10 @@ def writer_lock(warehouse: Path, *, timeout: float = 600.0, holder: str = "") ->
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def connect(path: Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """A connection whose default database is the file at `path`, with vss and fts loaded first."""
-    conn = _extension_connection()
+def connect(path: Path, *, read_only: bool = False, extensions: bool = True) -> duckdb.DuckDBPyConnection:
+    """A connection whose default database is the file at `path`, with vss and fts loaded first (unless
+    `extensions` is off: loading them costs more than a short read of plain tables)."""
+    conn = _extension_connection(extensions=extensions)
     mode = " (READ_ONLY)" if read_only else ""
     try:
         conn.execute(f"ATTACH '{_sql_string(str(path))}' AS {DATABASE}{mode}")
@@ -542,12 +544,25 @@ class _Queries:
         return {index: list(vector) for index, vector in rows}
 
     def source_state(self, path: str) -> tuple[IndexedState | None, dict[str, Any] | None]:
-        rows = self.query("SELECT * FROM source_files WHERE path = ?", [path])
-        if not rows or rows[0]["status"] != "indexed":
-            return None, rows[0] if rows else None
-        row = rows[0]
-        state = IndexedState(row["size"], row["mtime_ns"], row["sha256"], row["consumed_bytes"], row["prefix_sha256"])
-        return state, row
+        return self.source_states([path]).get(path, (None, None))
+
+    def source_states(self, paths: Sequence[str]) -> dict[str, tuple[IndexedState | None, dict[str, Any]]]:
+        """Per stored path of these: its indexed state (None unless indexed) and its row, in one query (a scan's
+        files are looked up together, not one query each; handed over as Arrow, since DuckDB converts a list
+        parameter value by value)."""
+        self.conn.register("_wanted_paths", pa.table({"path": pa.array(list(paths), pa.string())}))
+        try:
+            rows = self.query("SELECT f.* FROM source_files f SEMI JOIN _wanted_paths w ON w.path = f.path")
+        finally:
+            self.conn.unregister("_wanted_paths")
+        return {
+            row["path"]: (
+                IndexedState(row["size"], row["mtime_ns"], row["sha256"], row["consumed_bytes"], row["prefix_sha256"])
+                if row["status"] == "indexed" else None,
+                row,
+            )
+            for row in rows
+        }
 
     def quarantined_sha256(self, path: str) -> str | None:
         return self.scalar("SELECT sha256 FROM quarantine WHERE path = ?", [path])
@@ -1341,7 +1356,7 @@ def snapshot_generation(warehouse: Path) -> int | None:
     if not target.is_file():
         return None
     try:
-        conn = connect(target, read_only=True)
+        conn = connect(target, read_only=True, extensions=False)  # reads plain tables only
     except WarehouseError:
         return None
     try:

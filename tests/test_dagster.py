@@ -162,6 +162,21 @@ def test_first_start_on_a_warehouse_the_cli_built_repeats_no_work_and_shows_it(p
                                     cursor=reported.cursor)
     assert not warehouse_state_sensor(again).asset_events  # reported once
 
+    generic = project["sources"] / "generic" / "planning" / "2026-03-02.jsonl"
+    with open(generic, "a", encoding="utf-8") as handle:
+        handle.write('{"role": "user", "content": "one more thing", "timestamp": "2026-03-02T14:20:00Z"}\n')
+    index_sources(project["resources"]["sessionmem"].settings())
+    later = dg.build_sensor_context(instance=instance, resources=project["resources"], definitions=defs,
+                                    cursor=reported.cursor)
+    rebuilt = warehouse_state_sensor(later)
+    partitions = {e.partition for e in rebuilt.asset_events} - {None}
+    assert partitions == {"generic/planning/2026-03-02"}  # only what the new run built
+    assert ("raw_messages", "generic/planning/2026-03-02") in {
+        (e.asset_key.to_user_string(), e.partition) for e in rebuilt.asset_events}
+    last = dg.build_sensor_context(instance=instance, resources=project["resources"], definitions=defs,
+                                   cursor=rebuilt.cursor)
+    assert not warehouse_state_sensor(last).asset_events
+
 
 def _append_generic(path: Path, count: int, start: datetime) -> None:
     with open(path, "a", encoding="utf-8") as handle:

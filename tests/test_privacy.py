@@ -257,3 +257,17 @@ def test_an_exclusion_added_later_removes_what_it_now_covers(tmp_path: Path, emb
     assert {w for w, where in text_hits(settings.warehouse, SECRETS.values()).items() if where} == {
         SECRETS["project"], SECRETS["path"]
     }
+
+
+def test_an_opt_out_file_added_later_removes_its_folders_sessions_under_unchanged_rules(tmp_path: Path, embedder) -> None:
+    root = write_sources(tmp_path)
+    settings = settings_for(tmp_path, root)
+    index_sources(settings, embedder=embedder)
+    assert index_sources(settings, embedder=embedder).excluded_removed == 0  # rules checked once, nothing covered
+
+    (tmp_path / "work" / "shop" / IGNORE_FILE).write_text("", encoding="utf-8")
+    report = index_sources(settings, embedder=embedder)  # no file changed, no rule changed: only the opt-out file
+    assert report.excluded_removed == 1
+    with duckdb.connect(str(snapshot_path(settings.warehouse)), read_only=True) as conn:
+        cwds = {row[0] for row in conn.execute("SELECT cwd FROM sessions").fetchall()}
+    assert str(tmp_path / "work" / "shop") not in cwds

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -173,3 +174,65 @@ def test_index_builds_threads_and_search_results_name_theirs(tmp_path) -> None:
     assert hit.thread_id == thread["thread_id"]
     assert memory.search("offsite venue in Lisbon", limit=1)[0].thread_id is None
     assert main(["threads", "--warehouse", str(settings.warehouse), "--json"]) == 0
+
+
+def _thread_rows(wh) -> list[tuple]:
+    return wh.conn.execute(
+        "SELECT thread_id, session_id, position, title, topics FROM session_threads ORDER BY ALL"
+    ).fetchall()
+
+
+def test_a_change_rebuilds_only_its_projects_threads_and_matches_a_full_rebuild(tmp_path) -> None:
+    from sessionmem_pipeline.config import load_settings
+    from sessionmem_pipeline.stages.run import forget, index_sources
+    from sessionmem_pipeline.stages.threads import THREADS_BUILT, project_fingerprints, refresh_threads
+    from sessionmem_pipeline.warehouse import Warehouse
+
+    def write(project: str, name: str, day: str, turns: list[str]) -> None:
+        folder = tmp_path / "sources" / project
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps({"role": role, "content": text, "timestamp": f"{day}T10:0{n}:00Z"})
+                 for n, (role, text) in enumerate(zip(["user", "assistant"], turns, strict=True))]
+        (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    gift_card = ["Checkout returns a 500 when a gift card is applied after a coupon.",
+                 "The discounts run in the wrong order in pricing.py; I'll apply coupons first, then gift cards."]
+    ci = ["CI takes 20 minutes; cache the pip downloads in the GitHub Actions workflow.",
+          "Cached pip in the workflow and split the test job by marker; CI now takes 8 minutes."]
+    for project, turns in (("webshop", gift_card), ("infra", ci)):
+        write(project, "a", "2026-03-03", turns)
+        write(project, "b", "2026-03-09", turns[::-1])
+    settings = load_settings(flags={"warehouse": str(tmp_path / "w.duckdb"), "sources": [str(tmp_path / "sources")]},
+                             env={})
+    assert index_sources(settings).threads == 2
+
+    def infra_rows() -> list[tuple]:
+        with Warehouse(settings.warehouse) as wh:
+            return wh.conn.execute(
+                "SELECT thread_id, session_id, updated_at FROM session_threads WHERE session_id LIKE 'infra/%' "
+                "ORDER BY ALL").fetchall()
+
+    def matches_a_full_rebuild() -> bool:
+        with Warehouse(settings.warehouse) as wh:
+            incremental = _thread_rows(wh)
+        copy = tmp_path / "copy" / "w.duckdb"
+        copy.parent.mkdir(exist_ok=True)
+        shutil.copy(settings.warehouse, copy)
+        with Warehouse(copy) as wh:
+            with wh.transaction():
+                wh.conn.execute("DELETE FROM meta WHERE key = ?", [THREADS_BUILT])
+            refresh_threads(wh, "any key", project_fingerprints(wh))
+            return _thread_rows(wh) == incremental and len(incremental) > 0
+
+    infra_before = infra_rows()
+    write("webshop", "c", "2026-03-12", ["The gift card checkout bug is back for coupons on sale items.",
+                                         "Sale prices skip the coupon check in pricing.py; fixed the order again."])
+    report = index_sources(settings)
+    assert report.threads == 1  # webshop's thread only
+    assert infra_rows() == infra_before  # infra's threads were not rebuilt
+    assert matches_a_full_rebuild()
+
+    forget(settings, session_id="webshop/a")
+    assert index_sources(settings).threads == 1
+    assert infra_rows() == infra_before
+    assert matches_a_full_rebuild()

@@ -135,9 +135,10 @@ def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
     the compute step works from the snapshot)."""
     with _stage_context(context, sessionmem, publish=True) as (ctx, report):
         scan = scan_sources(ctx.settings.sources, rules=privacy_rules(ctx.settings))
-        scan.files = [f for f in scan.files if f.partition_key in set(context.partition_keys)]
+        wanted = set(context.partition_keys)
+        scan.files = [f for f in scan.files if f.partition_key in wanted]
         pipeline.ingest(ctx, scan, report)
-        pipeline.mark_missing_sources(ctx, None, report)
+        pipeline.mark_missing_sources(ctx, None, report, scan)
         for item in report.quarantined:
             context.log.warning(f"quarantined {item['path']}: {item['reason']}")
         for problem in report.source_problems:

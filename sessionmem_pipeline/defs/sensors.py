@@ -38,9 +38,10 @@ from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
 from sessionmem_pipeline.stages.discover import discover, file_stat
 from sessionmem_pipeline.stages.privacy import privacy_rules
+from sessionmem_pipeline.stages.registry import SUMMARIZE, Providers, StageContext
 from sessionmem_pipeline.stages.memories import find_memory_files
 from sessionmem_pipeline.stages.summaries import due, pending
-from sessionmem_pipeline.warehouse import open_reader, read_storage_error, snapshot_generation, snapshot_path
+from sessionmem_pipeline.warehouse import Snapshot, open_reader, read_storage_error, snapshot_generation, snapshot_path
 
 SENSOR_SETTINGS = load_settings()  # intervals are fixed when Dagster loads the definitions (spec 000 cron interval)
 INDEX_ASSETS = [raw_messages, staged_results, collapsed_messages, chunks, chunk_embeddings, session_summaries]
@@ -151,9 +152,10 @@ def summary_due_sensor(context: dg.SensorEvaluationContext, sessionmem: Sessionm
     if not settings["summaries.enabled"] or not snapshot.exists():
         return dg.SensorResult(skip_reason="summaries are off, or nothing is indexed yet")
     conn = open_reader(snapshot)
-    try:
+    try:  # only sessions whose summary is out of date in the stage state can be due: not every session is counted
+        stale = StageContext(Snapshot(conn), settings, Providers(settings), "summary_due_sensor").stale(SUMMARIZE)
         ready = due(
-            pending(conn),
+            pending(conn, list(stale)),
             now=datetime.now(UTC),
             idle_minutes=settings["summaries.idle_minutes"],
             message_threshold=settings["summaries.message_threshold"],
@@ -192,13 +194,14 @@ def warehouse_state_sensor(context: dg.SensorEvaluationContext, sessionmem: Sess
     if seen["generation"] == generation:
         return dg.SensorResult(skip_reason="nothing new in the snapshot")
     conn = open_reader(settings.warehouse)
-    try:
+    try:  # only the state built since the cursor's time is read, not every session's
         rows = conn.execute(
-            """SELECT DISTINCT t.stage, s.partition_key, t.run_id, CAST(t.built_at AS VARCHAR) AS built
+            """SELECT DISTINCT t.stage, s.partition_key, t.run_id, t.built_at
                FROM stage_state t LEFT JOIN sessions s ON s.session_id = t.session_id
-               ORDER BY built"""
+               WHERE starts_with(t.run_id, ?) AND (? IS NULL OR t.built_at > CAST(? AS TIMESTAMPTZ))
+               ORDER BY t.built_at""",
+            [CLI_RUNS] + [seen["built_at"] or None] * 2,
         ).fetchall()
-        rows = [r for r in rows if r[2].startswith(CLI_RUNS) and r[3] > seen["built_at"]]
     finally:
         conn.close()
     events = []
@@ -217,7 +220,7 @@ def warehouse_state_sensor(context: dg.SensorEvaluationContext, sessionmem: Sess
         )
     known = set(context.instance.get_dynamic_partitions(session_partitions.name))
     unknown = sorted(partitions - known)
-    latest = rows[-1][3] if rows else seen["built_at"]
+    latest = rows[-1][3].isoformat() if rows else seen["built_at"]
     return dg.SensorResult(
         asset_events=events,
         dynamic_partitions_requests=[session_partitions.build_add_request(unknown)] if unknown else [],

@@ -63,15 +63,22 @@ def session_fingerprint(session: ParsedSession) -> str:
     return digest.hexdigest()
 
 
-def ingest_file(ctx: StageContext, source: SourceFile, *, full: bool = False) -> IngestOutcome:
+def ingest_file(
+    ctx: StageContext,
+    source: SourceFile,
+    *,
+    full: bool = False,
+    stored: tuple[changes.IndexedState | None, dict | None] | None = None,
+) -> IngestOutcome:
     """Decide what the file needs and do it, in one transaction with the ingest stage's state of its sessions.
+    `stored`: the file's stored state and row, when the caller read a whole scan's in one query.
 
     A file stored under another ingest key (a new parser, redaction version or privacy setting) is read again
     whole. Sessions the privacy rules exclude are not written (and forgotten if they were stored before); the rest
     lose their private spans and secrets before anything is stored."""
     wh: Warehouse = ctx.wh
     key = ctx.keys[INGEST.name]
-    previous, row = wh.source_state(source.path)
+    previous, row = stored if stored is not None else wh.source_state(source.path)
     current = file_stat(source.path)
     decision = changes.decide(current, previous, _read_prefix(source.path))
     stored_under_other_key = previous is not None and row["stage_key"] != key
@@ -122,7 +129,8 @@ def ingest_file(ctx: StageContext, source: SourceFile, *, full: bool = False) ->
     outcome.excluded_removed = len({sid for sid, _ in excluded} & set(stored_ids))
     fingerprints = {session.session_id: session_fingerprint(session) for session in parsed.sessions}
     with wh.transaction():
-        wh.forget_sessions([sid for sid, _ in excluded], _now(), remember=False)  # also publishes the exclusions
+        if excluded:  # (forgetting scans every file's session list)
+            wh.forget_sessions([sid for sid, _ in excluded], _now(), remember=False)  # also publishes the exclusions
         wh.replace("excluded_sessions", "path", [source.path], exclusion_rows([(source.path, s, w) for s, w in excluded]))
         plan = _write_plan(wh, parsed, stored_ids, decision, fingerprints, key, source.path, full=full)
         wh.delete_sessions(plan.removed + sorted(plan.replaced))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,7 +48,7 @@ from sessionmem_pipeline.stages.summaries import (
     pending,
     summarize_sessions,
 )
-from sessionmem_pipeline.stages.threads import refresh_threads
+from sessionmem_pipeline.stages.threads import project_fingerprints, refresh_threads
 from sessionmem_pipeline.stages.transform import (
     chunk_session_rows,
     chunking_options,
@@ -151,8 +152,9 @@ def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: boo
     report.source_problems += [asdict(p) for p in scan.problems]
     report.excluded += [{"path": path, "reason": str(why)} for path, why in scan.excluded]
     report.files_seen += len(scan.files)
+    stored = ctx.wh.source_states([source.path for source in scan.files])
     for done, source in enumerate(scan.files, start=1):
-        report.add_ingest(ingest_file(ctx, source, full=full))
+        report.add_ingest(ingest_file(ctx, source, full=full, stored=stored.get(source.path, (None, None))))
         if done == 1:
             fault_point("ingest", "in")
         ctx.progress("ingest", done, len(scan.files))
@@ -161,12 +163,18 @@ def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: boo
     report.excluded += [{"session_id": sid, "reason": reason} for sid, reason in removed]
 
 
-def mark_missing_sources(ctx: StageContext, roots: Sequence[Path] | None, report: StageReport) -> None:
+def mark_missing_sources(
+    ctx: StageContext, roots: Sequence[Path] | None, report: StageReport, scan: Discovery | None = None
+) -> None:
     """Indexed files (under the given roots, or the given partitions' files) that are gone: their sessions stay,
-    marked source-missing. Quarantine records of vanished files are dropped."""
+    marked source-missing. Quarantine records of vanished files are dropped. Files the `scan` just found are
+    there: only the others are looked at again."""
     prefixes = tuple(str(Path(r).resolve()) + os.sep for r in roots) if roots is not None else None
     keys = set(ctx.partition_keys) if ctx.partition_keys is not None else None
+    found = {source.path for source in scan.files} if scan is not None else set()
     for row in ctx.wh.query("SELECT path, partition_key, status FROM source_files WHERE status <> 'missing'"):
+        if row["path"] in found:
+            continue
         if prefixes is not None and not row["path"].startswith(prefixes):
             continue
         if keys is not None and row["partition_key"] not in keys:
@@ -323,10 +331,12 @@ def summarize(ctx: StageContext, report: StageReport) -> None:
 
 
 def threads(ctx: StageContext, report: StageReport) -> None:
-    input_fp = ctx.global_input([SUMMARIZE.name])
+    """Threads of the projects whose sessions' summaries changed (stages/threads.py)."""
+    per_project = project_fingerprints(ctx.wh)
+    input_fp = hashlib.md5(json.dumps(per_project, sort_keys=True).encode()).hexdigest()
     if not ctx.global_is_stale(THREADS, input_fp):
         return
-    report.threads = refresh_threads(ctx.wh)
+    report.threads = refresh_threads(ctx.wh, ctx.keys[THREADS.name], per_project)
     with ctx.wh.transaction():
         ctx.record(THREADS, {GLOBAL: input_fp})
 
@@ -374,7 +384,7 @@ def run_all(
     """Every stage in order, each selecting its own work from the stage state."""
     with report.timed("ingest"):
         ingest(ctx, scan, report, full=full)
-        mark_missing_sources(ctx, roots, report)
+        mark_missing_sources(ctx, roots, report, scan)
     fault_point("ingest", "after")
     for name, step in SESSION_STEPS.items():
         with report.timed(name):

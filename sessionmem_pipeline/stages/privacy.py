@@ -6,6 +6,8 @@ one way sessions leave the warehouse). Private spans are removed with the redact
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -61,10 +63,28 @@ def exclusion_rows(excluded: Sequence[tuple[str, str, Exclusion]]) -> list[dict]
     ]
 
 
-def _covered(wh: Warehouse, settings: Settings) -> list[tuple[dict, Exclusion]]:
-    rules = privacy_rules(settings)
+PRIVACY_CHECKED = "privacy_rules_checked"
+"""meta: the configured exclusions every stored session was last checked against."""
+
+
+def _rules_fingerprint(rules: PrivacyRules) -> str:
+    return hashlib.md5(json.dumps(dataclasses.asdict(rules), sort_keys=True).encode()).hexdigest()
+
+
+def _opted_out_cwds(wh: Warehouse) -> list[str]:
+    """The stored sessions' working folders that now have an opt-out file (one look per distinct folder)."""
+    cwds = [r[0] for r in wh.conn.execute("SELECT DISTINCT cwd FROM sessions WHERE cwd IS NOT NULL").fetchall()]
+    return [cwd for cwd in cwds if find_ignore_file(cwd)]
+
+
+def _covered(wh: Warehouse, rules: PrivacyRules, cwds: Sequence[str] | None) -> list[tuple[dict, Exclusion]]:
+    """Stored sessions the rules exclude: all of them, or only those run in `cwds`."""
+    scoped = "WHERE cwd IN (SELECT unnest(?))" if cwds is not None else ""
     found = []
-    for row in wh.query("SELECT session_id, source_path, project, cwd FROM sessions ORDER BY session_id"):
+    for row in wh.query(
+        f"SELECT session_id, source_path, project, cwd FROM sessions {scoped} ORDER BY session_id",
+        [list(cwds)] if cwds is not None else None,
+    ):
         why = session_exclusion(
             rules,
             source_path=row["source_path"] or "",
@@ -79,15 +99,25 @@ def _covered(wh: Warehouse, settings: Settings) -> list[tuple[dict, Exclusion]]:
 
 def remove_excluded_sessions(wh: Warehouse, settings: Settings) -> list[tuple[str, str]]:
     """Forget the stored sessions the exclusions now cover and record why; the (id, reason) of each. Files the
-    path globs now cover lose their state too, so that they are read again once no glob covers them."""
-    found = _covered(wh, settings)
+    path globs now cover lose their state too, so that they are read again once no glob covers them.
+
+    Every session and file is checked only when the configured exclusions differ from those of the last full
+    check (sessions stored since were kept out at ingest by the same rules); otherwise only sessions whose working
+    folder has gained an opt-out file can be newly covered, so a run costs one look per distinct folder."""
     rules = privacy_rules(settings)
-    stored_paths = [p for p in wh.indexed_paths()] + [{"path": p} for p in wh.quarantined_paths()]
-    excluded_paths = [row["path"] for row in stored_paths if path_exclusion(row["path"], rules)]
-    if found or excluded_paths:
+    fingerprint = _rules_fingerprint(rules)
+    everything = wh.get_meta(PRIVACY_CHECKED) != fingerprint
+    found = _covered(wh, rules, None if everything else _opted_out_cwds(wh))
+    excluded_paths = []
+    if everything:
+        stored_paths = [row["path"] for row in wh.indexed_paths()] + wh.quarantined_paths()
+        excluded_paths = [path for path in stored_paths if path_exclusion(path, rules)]
+    if found or excluded_paths or everything:
         with wh.transaction():
-            wh.forget_sessions([row["session_id"] for row, _ in found], datetime.now(UTC), remember=False)
-            wh.insert("excluded_sessions", exclusion_rows([(r["source_path"], r["session_id"], why) for r, why in found]))
+            if found:
+                wh.forget_sessions([row["session_id"] for row, _ in found], datetime.now(UTC), remember=False)
+                wh.insert("excluded_sessions", exclusion_rows([(r["source_path"], r["session_id"], why) for r, why in found]))
             for table in ("source_files", "quarantine", "parse_warnings"):
                 wh.delete_where(table, "path", excluded_paths)
+            wh.set_meta(PRIVACY_CHECKED, fingerprint)
     return [(row["session_id"], str(why)) for row, why in found]

@@ -82,7 +82,7 @@ CHUNK = Stage(
 )
 EMBED = Stage("embed", 2, upstream="chunk", uses_embedder=True)
 SUMMARIZE = Stage("summarize", 3, upstream="collapse", uses_embedder=True, uses_llm=True)
-THREADS = Stage("threads", 1, upstream="summarize", per_session=False)
+THREADS = Stage("threads", 2, upstream="summarize", per_session=False)  # 2: rebuilt per changed project
 MEMORIES = Stage("memories", 2, per_session=False, uses_embedder=True)  # 2: <private> spans removed too
 INDEX = Stage("index", 1, per_session=False)
 

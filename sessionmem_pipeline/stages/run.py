@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -151,7 +151,7 @@ def record_run(wh: Warehouse, report: IndexReport, started_at: datetime, trigger
                     "status": "success",
                     **totals,
                     "seconds": (datetime.now(UTC) - started_at).total_seconds(),
-                    "details": to_json({k: v for k, v in asdict(report).items() if k in ("decisions", "warnings")}),
+                    "details": to_json({"decisions": report.decisions, "warnings": report.warnings}),
                 }
             ],
         )

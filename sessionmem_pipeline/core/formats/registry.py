@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from functools import lru_cache
 from pathlib import Path, PurePath
 
 from sessionmem_pipeline.core.formats.source import FileContext
@@ -74,7 +76,21 @@ class SourceFormat:
     binary: bool = False  # a database, not text
 
     def matches(self, path: PurePath) -> bool:
-        return any(path.match(pattern) for pattern in self.patterns)
+        return any(_matches_end(path.parts, pattern) for pattern in self.patterns)
+
+
+@lru_cache(maxsize=None)
+def _pattern_parts(pattern: str) -> tuple[str, ...]:
+    return PurePath(pattern).parts
+
+
+def _matches_end(parts: tuple[str, ...], pattern: str) -> bool:
+    """`PurePath.match` for a relative pattern (its components match the path's last ones), without parsing the
+    pattern again for every file of a walk."""
+    wanted = _pattern_parts(pattern)
+    return len(wanted) <= len(parts) and all(
+        fnmatchcase(part, glob) for part, glob in zip(reversed(parts), reversed(wanted), strict=False)
+    )
 
 
 @dataclass
