@@ -7,7 +7,8 @@ indexes them with `index_sources` (embeddings from a fast fake OpenAI-compatible
 words into vectors: the point is the pipeline's own cost), then times a run after: nothing changed; one message
 appended to one session; one new session; one deleted file (wall time and the slowest stages). Then applies
 `--changes` more such changes (run after each) and compares the live file and snapshot with a fresh build of the
-same sources, and the first build's file with a bulk copy of its data (`warehouse.rebuild_file`).
+same sources, and the first build's file with a bulk copy of its data (`warehouse.rebuild_file`): the two file-size
+ratios of issue 15, printed in their own table.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def settings_for(warehouse: Path, sources: Path, base_url: str) -> Settings:
 def timed_run(settings: Settings) -> dict:
     report = index_sources(settings)
     stages = sorted(report.stage_seconds.items(), key=lambda item: -item[1])
-    return {"seconds": round(report.seconds, 2), "stages": {k: round(v, 2) for k, v in stages[:4]}}
+    return {"seconds": round(report.seconds, 2), "stages": {k: round(v, 2) for k, v in stages[:4]},
+            "rebuilt": "rebuild" in report.stage_seconds}
 
 
 def sizes(warehouse: Path) -> dict:
@@ -116,6 +118,8 @@ def measure(folder: Path, target_chunks: int, changes: int, base_url: str) -> di
     bulk.parent.mkdir()
     shutil.copy(warehouse, bulk)
     rebuild_file(bulk)
+    row["first_mb"] = round(warehouse.stat().st_size / 1e6, 1)
+    row["bulk_mb"] = round(bulk.stat().st_size / 1e6, 1)
     row["first_vs_bulk"] = round(warehouse.stat().st_size / bulk.stat().st_size, 2)
 
     changes_by_name = {"append": corpus.append_message, "new session": corpus.add_session, "delete": corpus.delete_file}
@@ -123,14 +127,16 @@ def measure(folder: Path, target_chunks: int, changes: int, base_url: str) -> di
     for name, change in changes_by_name.items():
         change()
         row[name] = timed_run(settings)
+    rebuilds = 0
     for step in range(changes):
         list(changes_by_name.values())[step % 3]()
-        index_sources(settings)
-    row["after_changes"] = sizes(warehouse)
+        rebuilds += timed_run(settings)["rebuilt"]
+    row["after_changes"] = {**sizes(warehouse), "rebuilds": rebuilds}
     fresh = folder / "fresh" / "w.duckdb"
     index_sources(settings_for(fresh, corpus.root, base_url))
     row["fresh"] = sizes(fresh)
     row["growth"] = round(row["after_changes"]["file_mb"] / row["fresh"]["file_mb"], 2)
+    row["snapshot_growth"] = round(row["after_changes"]["snapshot_mb"] / row["fresh"]["snapshot_mb"], 2)
     return row
 
 
@@ -144,6 +150,16 @@ def print_table(rows: Sequence[dict], changes: int) -> None:
               f"{r['growth']:>7} {r['first_vs_bulk']:>8}")
     print(f"file/snap MB: after {changes} more changes (append/new/delete in turn); growth = file / fresh build's file;"
           " 1st/bulk = first index's file / a bulk copy of its data")
+    print(f"\nfile size (issue 15 targets: both ratios <= 1.3):")
+    print(f"{'chunks':>8} {'first MB':>9} {'bulk MB':>8} {'first/bulk':>10} {'rebuilt':>7}   {'after MB':>8} "
+          f"{'fresh MB':>8} {'after/fresh':>11} {'snap MB':>8} {'snap/fresh':>10} {'rebuilds':>8}")
+    for r in rows:
+        after = r["after_changes"]
+        print(f"{r['chunks']:>8} {r['first_mb']:>9} {r['bulk_mb']:>8} {r['first_vs_bulk']:>10} "
+              f"{'yes' if r['first_index']['rebuilt'] else 'no':>7}   {after['file_mb']:>8} {r['fresh']['file_mb']:>8} "
+              f"{r['growth']:>11} {after['snapshot_mb']:>8} {r['snapshot_growth']:>10} {after['rebuilds']:>8}")
+    print(f"first: the file after the first index (rebuilt: whether that run rebuilt it, warehouse.Warehouse.outgrown); "
+          f"bulk: a rebuild_file copy of it; after: after {changes} changes, of which `rebuilds` rebuilt the file")
     print("\nslowest stages (s):")
     for r in rows:
         for name in ("first_index", "nothing", "append", "new session", "delete"):

@@ -82,10 +82,18 @@ VECTOR_DELTA_MAX = 5_000
 VECTOR_REBUILD_SHARE = 0.5
 HNSW_DELETED_SHARE = 0.1
 REBUILD_GROWTH = 1.3
-"""The file is rebuilt once it is this much larger than its data needs: its size after the first run that followed
-the last rebuild, scaled by how many rows it holds now (DuckDB reuses freed blocks but never returns them, and a rewritten HNSW index can
-leave whole serialized copies behind)."""
-REBUILD_MIN_EXCESS = 4 << 20
+"""The file is rebuilt once it is this much larger than its rows need (Warehouse.outgrown): DuckDB reuses freed
+blocks but never returns them, a run's checkpoint leaves its tables' last blocks partly used, and the first
+index's early checkpoints fix each column's compression while it holds a few rows."""
+REBUILD_MIN_EXCESS = 8 << 20
+"""Nor is it rebuilt for less: whatever the warehouse's size, a run's checkpoint leaves about 6 MB of 256 KB
+blocks partly used or free (reused by the next run), which a copy would win back only until the next run."""
+REBUILD_FIXED_BYTES = 6 << 20
+"""What a compact warehouse with any data holds whatever its rows (every table's first blocks; 6.0 MB with one
+session), not scaled with the rows."""
+REBUILD_ROWS_GROWTH = 2.0
+"""Once the rows have grown this much since the last rebuild (a first index, a large import), their need is not
+known from it: the file is rebuilt (and measured). One rebuild per doubling copies each row about twice in all."""
 SIZE_TABLES = ("messages", "chunks", "chunk_embeddings", "kw_postings")
 COMMON_TERM_SHARE = 0.05
 """Query terms in more documents than this share are scored only where a rarer term is (see keyword_search)."""
@@ -1101,25 +1109,22 @@ class Warehouse(_Queries):
     def checkpoint(self) -> None:
         self.conn.execute(f"CHECKPOINT {DATABASE}")
 
-    def outgrown(self, limit: float = REBUILD_GROWTH, *, min_excess: int = REBUILD_MIN_EXCESS) -> bool:
-        """Whether the (checkpointed) file is more than `limit` times the size its rows need, by more than
-        `min_excess` bytes: then `rebuild_file` it once closed. The need is the file's size at the end of the first
-        run after its last rebuild (recorded by this call), scaled by its rows: a run's checkpoint writes the row
-        groups and index it changed before it frees the old ones, so a file in use holds more than a fresh copy,
-        and measuring against the fresh copy would rebuild a small file after every change. A file never rebuilt
-        (a first index, whose checkpoints leave free blocks behind) is measured against `min_excess` alone."""
+    def outgrown(self) -> bool:
+        """Whether the (checkpointed) file holds more than REBUILD_GROWTH times what its rows need, by more than
+        REBUILD_MIN_EXCESS bytes: then `rebuild_file` it once closed. The need is the size of the file the last rebuild
+        wrote (`rebuild_baseline`, a copy holding nothing but the data), its part beyond REBUILD_FIXED_BYTES
+        scaled by the rows held now; when there is no such measure, or the rows grew past REBUILD_ROWS_GROWTH
+        times the measured ones, any file over REBUILD_MIN_EXCESS is rebuilt, which measures it."""
         size = self.path.stat().st_size
-        baseline = self.get_meta("rebuild_baseline")
-        if baseline is None:
-            return size > min_excess
-        rows = _data_rows(self.conn)
-        measured = json.loads(baseline)
-        if measured["bytes"] is None:
-            with self.transaction():
-                self.set_meta("rebuild_baseline", to_json({"bytes": size, "rows": rows}))
+        if size <= REBUILD_MIN_EXCESS:
             return False
-        needed = measured["bytes"] * rows / max(measured["rows"], 1)
-        return size > limit * needed and size - needed > min_excess
+        rows = _data_rows(self.conn)
+        measured = json.loads(self.get_meta("rebuild_baseline") or "{}")
+        if measured.get("bytes") is None or rows > REBUILD_ROWS_GROWTH * max(measured["rows"], 1):
+            return True
+        fixed = min(REBUILD_FIXED_BYTES, measured["bytes"])
+        needed = fixed + (measured["bytes"] - fixed) * rows / max(measured["rows"], 1)
+        return size > REBUILD_GROWTH * needed and size - needed > REBUILD_MIN_EXCESS
 
 
 def _create_vector_delta_and_view(conn: duckdb.DuckDBPyConnection) -> None:
@@ -1189,8 +1194,9 @@ def rebuild_file(warehouse: Path) -> None:
         os.fsync(handle.fileno())
     os.replace(fresh, warehouse)
     _fsync_directory(warehouse.parent)
-    with Warehouse(warehouse) as wh, wh.transaction():
-        wh.set_meta("rebuild_baseline", to_json({"bytes": None, "rows": 0}))  # measured by the next run's outgrown()
+    compact = warehouse.stat().st_size
+    with Warehouse(warehouse) as wh, wh.transaction():  # what the rows need, for outgrown()
+        wh.set_meta("rebuild_baseline", to_json({"bytes": compact, "rows": _data_rows(wh.conn)}))
 
 
 PUBLISH_BLOCK = 1 << 20
