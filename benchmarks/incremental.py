@@ -158,8 +158,8 @@ def print_table(rows: Sequence[dict], changes: int) -> None:
         print(f"{r['chunks']:>8} {r['first_mb']:>9} {r['bulk_mb']:>8} {r['first_vs_bulk']:>10} "
               f"{'yes' if r['first_index']['rebuilt'] else 'no':>7}   {after['file_mb']:>8} {r['fresh']['file_mb']:>8} "
               f"{r['growth']:>11} {after['snapshot_mb']:>8} {r['snapshot_growth']:>10} {after['rebuilds']:>8}")
-    print(f"first: the file after the first index (rebuilt: whether that run rebuilt it, warehouse.Warehouse.outgrown); "
-          f"bulk: a rebuild_file copy of it; after: after {changes} changes, of which `rebuilds` rebuilt the file")
+    print("first: the file after the first index (rebuilt: whether that run rebuilt it, Warehouse.outgrown); bulk: "
+          f"a rebuild_file copy of it; after: after {changes} changes, of which `rebuilds` rebuilt the file")
     print("\nslowest stages (s):")
     for r in rows:
         for name in ("first_index", "nothing", "append", "new session", "delete"):

@@ -1111,10 +1111,11 @@ class Warehouse(_Queries):
 
     def outgrown(self) -> bool:
         """Whether the (checkpointed) file holds more than REBUILD_GROWTH times what its rows need, by more than
-        REBUILD_MIN_EXCESS bytes: then `rebuild_file` it once closed. The need is the size of the file the last rebuild
-        wrote (`rebuild_baseline`, a copy holding nothing but the data), its part beyond REBUILD_FIXED_BYTES
-        scaled by the rows held now; when there is no such measure, or the rows grew past REBUILD_ROWS_GROWTH
-        times the measured ones, any file over REBUILD_MIN_EXCESS is rebuilt, which measures it."""
+        REBUILD_MIN_EXCESS bytes: then `rebuild_file` it once closed. The need is the size of the file the last
+        rebuild wrote (`rebuild_baseline`, a copy holding nothing but the data), its part beyond
+        REBUILD_FIXED_BYTES scaled by the rows held now; when there is no such measure, or the rows grew past
+        REBUILD_ROWS_GROWTH times the measured ones, any file over REBUILD_MIN_EXCESS is rebuilt, which measures
+        it."""
         size = self.path.stat().st_size
         if size <= REBUILD_MIN_EXCESS:
             return False

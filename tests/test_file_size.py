@@ -99,7 +99,7 @@ def test_changes_to_indexed_vectors_do_not_grow_the_file(tmp_path: Path, monkeyp
     assert free <= used
 
 
-def test_fragmentation_past_the_bound_is_rebuilt_away_and_forgetting_purges_vectors(tmp_path: Path, monkeypatch) -> None:
+def test_fragmentation_past_the_bound_is_rebuilt_away_and_forget_purges_vectors(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(warehouse, "REBUILD_MIN_EXCESS", 0)  # small files: the bound alone decides
     sources = Sources(tmp_path / "sources", 12)
     settings = _settings(tmp_path / "w.duckdb", sources.root)
