@@ -8,7 +8,8 @@ indexes them with `index_sources` (embeddings from a fast fake OpenAI-compatible
 words into vectors: the point is the pipeline's own cost), then times a run after: nothing changed; one message
 appended to one session; one new session; one deleted file (wall time and the slowest stages). Then applies
 `--changes` more such changes (run after each) and compares the live file and snapshot with a fresh build of the
-same sources, and the first build's file with a bulk copy of its data (`warehouse.rebuild_file`).
+same sources, and the first build's file with a bulk copy of its data (`warehouse.rebuild_file`): the two file-size
+ratios of issue 15, printed in their own table.
 
 Each run is reported as wall time and CPU time (the process's, all threads: the machine may be shared). `--keep DIR`
 keeps each size's first build (sources and warehouse) in DIR/<chunks>/base and measures on a copy of it, so a 100k build
@@ -103,7 +104,7 @@ def timed_run(settings: Settings, profile: Path | None = None) -> dict:
         profiler.dump_stats(profile)
     stages = sorted(report.stage_seconds.items(), key=lambda item: -item[1])
     return {"seconds": round(report.seconds, 2), "cpu": round(time.process_time() - cpu, 2),
-            "stages": {k: round(v, 2) for k, v in stages[:4]}}
+            "stages": {k: round(v, 2) for k, v in stages[:4]}, "rebuilt": "rebuild" in report.stage_seconds}
 
 
 def sizes(warehouse: Path) -> dict:
@@ -134,6 +135,8 @@ def build(folder: Path, target_chunks: int, base_url: str) -> dict:
     bulk.parent.mkdir()
     shutil.copy(warehouse, bulk)
     rebuild_file(bulk)
+    row["first_mb"] = round(warehouse.stat().st_size / 1e6, 1)
+    row["bulk_mb"] = round(bulk.stat().st_size / 1e6, 1)
     row["first_vs_bulk"] = round(warehouse.stat().st_size / bulk.stat().st_size, 2)
     shutil.rmtree(bulk.parent)
     return row
@@ -184,14 +187,16 @@ def measure(folder: Path, row: dict, changes: int, base_url: str, profile: Path 
         row[name] = timed_run(settings, profile_to(name))
     if not changes:
         return row
+    rebuilds = 0
     for step in range(changes):
         list(changes_by_name.values())[step % 3]()
-        index_sources(settings)
-    row["after_changes"] = sizes(warehouse)
+        rebuilds += timed_run(settings)["rebuilt"]
+    row["after_changes"] = {**sizes(warehouse), "rebuilds": rebuilds}
     fresh = folder / "fresh" / "w.duckdb"
     index_sources(settings_for(fresh, corpus.root, base_url))
     row["fresh"] = sizes(fresh)
     row["growth"] = round(row["after_changes"]["file_mb"] / row["fresh"]["file_mb"], 2)
+    row["snapshot_growth"] = round(row["after_changes"]["snapshot_mb"] / row["fresh"]["snapshot_mb"], 2)
     return row
 
 
@@ -215,11 +220,16 @@ def print_table(rows: Sequence[dict], changes: int) -> None:
         print(f"{r['chunks']:>8} {r['first_index']['seconds']:>8} {runs} {r['first_vs_bulk']:>8}")
     print("s/cpu: wall / CPU seconds of the run after that change; 1st/bulk = first index's file / a bulk copy of its data")
     if changes:
-        print(f"\n{'chunks':>8} {'file MB':>8} {'snap MB':>8} {'fresh MB':>9} {'growth':>7}")
+        print("\nfile size (issue 15 targets: both ratios <= 1.3):")
+        print(f"{'chunks':>8} {'first MB':>9} {'bulk MB':>8} {'first/bulk':>10} {'rebuilt':>7}   {'after MB':>8} "
+              f"{'fresh MB':>8} {'after/fresh':>11} {'snap MB':>8} {'snap/fresh':>10} {'rebuilds':>8}")
         for r in rows:
-            print(f"{r['chunks']:>8} {r['after_changes']['file_mb']:>8} {r['after_changes']['snapshot_mb']:>8} "
-                  f"{r['fresh']['file_mb']:>9} {r['growth']:>7}")
-        print(f"file/snap MB: after {changes} more changes (append/new/delete in turn); growth = file / fresh build's file")
+            after = r["after_changes"]
+            print(f"{r['chunks']:>8} {r['first_mb']:>9} {r['bulk_mb']:>8} {r['first_vs_bulk']:>10} "
+                  f"{'yes' if r['first_index']['rebuilt'] else 'no':>7}   {after['file_mb']:>8} {r['fresh']['file_mb']:>8} "
+                  f"{r['growth']:>11} {after['snapshot_mb']:>8} {r['snapshot_growth']:>10} {after['rebuilds']:>8}")
+        print("first: the file after the first index (rebuilt: whether that run rebuilt it, Warehouse.outgrown); bulk: "
+              f"a rebuild_file copy of it; after: after {changes} changes, of which `rebuilds` rebuilt the file")
     print("\nslowest stages (s):")
     for r in rows:
         for name in ("first_index", *RUNS):

@@ -177,15 +177,16 @@ def deduplicate(results: Sequence[SearchResult]) -> list[SearchResult]:
 
 def _nearest_sql(cast: str) -> str:
     """The nearest chunk vectors: the HNSW index's top over the base, and an exact scan of the small delta of
-    vectors not yet in the index (`+ 0` keeps the optimizer from the index there). Parameters: vector, limit,
-    vector, limit."""
+    vectors not yet in the index (`+ 0` keeps the optimizer from the index there). Base rows with a NULL chunk
+    id were unlinked (warehouse.delete_vectors) and are dropped after the index's top. Parameters: vector,
+    limit, vector, limit."""
     return f"""
         SELECT chunk_id, distance FROM (
             (SELECT chunk_id, array_cosine_distance(embedding, {cast}) AS distance
              FROM {VECTOR_BASE} ORDER BY distance LIMIT ?)
             UNION ALL
             (SELECT chunk_id, array_cosine_distance(embedding, {cast}) + 0 AS distance FROM {VECTOR_DELTA})
-        ) ORDER BY distance, chunk_id LIMIT ?"""
+        ) WHERE chunk_id IS NOT NULL ORDER BY distance, chunk_id LIMIT ?"""
 
 
 def _similarities(rows: Sequence[tuple[str, float]]) -> dict[str, float]:

@@ -85,10 +85,18 @@ VECTOR_DELTA_MAX = 5_000
 VECTOR_REBUILD_SHARE = 0.5
 HNSW_DELETED_SHARE = 0.1
 REBUILD_GROWTH = 1.3
-"""The file is rebuilt once it is this much larger than its data needs: its size after the first run that followed
-the last rebuild, scaled by how many rows it holds now (DuckDB reuses freed blocks but never returns them, and a rewritten HNSW index can
-leave whole serialized copies behind)."""
-REBUILD_MIN_EXCESS = 4 << 20
+"""The file is rebuilt once it is this much larger than its rows need (Warehouse.outgrown): DuckDB reuses freed
+blocks but never returns them, a run's checkpoint leaves its tables' last blocks partly used, and the first
+index's early checkpoints fix each column's compression while it holds a few rows."""
+REBUILD_MIN_EXCESS = 8 << 20
+"""Nor is it rebuilt for less: whatever the warehouse's size, a run's checkpoint leaves about 6 MB of 256 KB
+blocks partly used or free (reused by the next run), which a copy would win back only until the next run."""
+REBUILD_FIXED_BYTES = 6 << 20
+"""What a compact warehouse with any data holds whatever its rows (every table's first blocks; 6.0 MB with one
+session), not scaled with the rows."""
+REBUILD_ROWS_GROWTH = 2.0
+"""Once the rows have grown this much since the last rebuild (a first index, a large import), their need is not
+known from it: the file is rebuilt (and measured). One rebuild per doubling copies each row about twice in all."""
 SIZE_TABLES = ("messages", "chunks", "chunk_embeddings", "kw_postings")
 COMMON_TERM_SHARE = 0.05
 """Query terms in more documents than this share are scored only where a rarer term is (see keyword_search)."""
@@ -598,11 +606,12 @@ class _Queries:
         rows = self.query("SELECT * FROM collapsed_messages WHERE session_id = ? ORDER BY seq", [session_id])
         return [collapsed_from_row(r) for r in rows]
 
-    def delete_sessions(self, session_ids: Sequence[str]) -> None:
-        """Every row of these sessions, in every table (call inside a transaction)."""
+    def delete_sessions(self, session_ids: Sequence[str], *, purge: bool = False) -> None:
+        """Every row of these sessions, in every table (call inside a transaction). `purge`: their indexed
+        vectors too, at once (see delete_vectors)."""
         for table in SESSION_TABLES:
             self.delete_where(table, "session_id", session_ids)
-        self.delete_vectors("e.session_id IN (SELECT unnest(?))", [list(session_ids)])
+        self.delete_vectors("e.session_id IN (SELECT unnest(?))", [list(session_ids)], purge=purge)
         for corpus in ("chunks", "summaries"):
             self.sync_keyword_index(corpus, session_ids)
 
@@ -659,16 +668,27 @@ class _Queries:
             [list(session_ids)],
         )
 
-    def delete_vectors(self, where: str, params: Sequence[Any]) -> int:
-        """Chunk vectors matching `where` (alias e), from the delta and the indexed base; deletions from the base
-        are counted so the HNSW graph is compacted once enough of it is dead (call inside a transaction)."""
+    def delete_vectors(self, where: str, params: Sequence[Any], *, purge: bool = False) -> int:
+        """Chunk vectors matching `where` (alias e), from the delta and the indexed base (call inside a
+        transaction). A row deleted from the HNSW-indexed base makes the next checkpoint write the whole index
+        again and leak the old copy's blocks (vss 1.5.5), so a base vector is only unlinked (its chunk id set to
+        NULL: searches skip it) and counted; maintain_vector_index rebuilds the base without them once they pass
+        HNSW_DELETED_SHARE. `purge` (forgetting): nothing derived from the words may stay, so the index is
+        dropped, the rows are deleted, and the next maintain_vector_index builds the index again."""
         if not self._table_exists(VECTOR_DELTA):
             return 0
         deleted = self.conn.execute(f"DELETE FROM {VECTOR_DELTA} e WHERE {where}", params).fetchone()[0]
-        from_base = self.conn.execute(f"DELETE FROM {VECTOR_BASE} e WHERE {where}", params).fetchone()[0]
-        if from_base:
-            self.set_meta("hnsw_deleted", str(int(self.get_meta("hnsw_deleted") or 0) + from_base))
-        return deleted + from_base
+        if purge:
+            if self.scalar(f"SELECT count(*) FROM {VECTOR_BASE} e WHERE {where}", params):
+                self.conn.execute(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
+                deleted += self.conn.execute(f"DELETE FROM {VECTOR_BASE} e WHERE {where}", params).fetchone()[0]
+            return deleted
+        unlinked = self.conn.execute(
+            f"UPDATE {VECTOR_BASE} AS e SET chunk_id = NULL WHERE e.chunk_id IS NOT NULL AND {where}", params
+        ).fetchone()[0]
+        if unlinked:
+            self.set_meta("hnsw_deleted", str(int(self.get_meta("hnsw_deleted") or 0) + unlinked))
+        return deleted + unlinked
 
     # -- durable stage state (stages/registry.py) --
 
@@ -824,6 +844,13 @@ class Warehouse(_Queries):
         current = (self.get_meta("embedding_model"), self.get_meta("embedding_dimensions"))
         same = not reset and current == (model, str(dimensions))
         if same and self._table_exists(VECTOR_DELTA):
+            if not self.scalar(  # a view from before unlinked base rows (delete_vectors) existed
+                "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND view_name = 'chunk_embeddings' "
+                "AND sql LIKE '%chunk_id IS NOT NULL%'",
+                [DATABASE],
+            ):
+                with self.transaction():
+                    _create_vector_view(self.conn)
             return False
         older = self.scalar(
             "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = 'chunk_embeddings' "
@@ -852,38 +879,42 @@ class Warehouse(_Queries):
     def maintain_vector_index(self) -> str:
         """Fold the delta of new vectors into the HNSW base when it is due; what was done.
 
-        The HNSW index is serialized whole at every checkpoint that follows a change to it, so new vectors wait
-        in the small unindexed delta (searched exactly) and reach the index in rare batches: the index is built
-        from scratch when the delta is large against the base (the first index: bulk insert, then one build),
-        the delta is inserted into the index when it passes VECTOR_DELTA_MAX, and the graph is compacted when
-        the deleted entries pass HNSW_DELETED_SHARE of it."""
+        The HNSW index is serialized whole at every checkpoint that follows a change to it, and vss 1.5.5 never
+        frees the copy it replaces (measured: one index's worth of blocks per changed checkpoint, until the index
+        is dropped). So the indexed base is never changed in place: new vectors wait in the small unindexed delta
+        (searched exactly), deleted ones are only unlinked (delete_vectors), and when the delta passes
+        VECTOR_DELTA_MAX or VECTOR_REBUILD_SHARE of the base ("merged"; "rebuilt" when there was no index, as
+        for the first index), or the unlinked rows pass HNSW_DELETED_SHARE of it ("compacted"), the base is
+        written again with its live rows and the delta and the index is built once over it, which frees the
+        old table and index whole."""
         if not self._table_exists(VECTOR_DELTA):
             return "none"
         delta = self.scalar(f"SELECT count(*) FROM {VECTOR_DELTA}")
         base = self.scalar(f"SELECT count(*) FROM {VECTOR_BASE}")
         indexed = self.scalar("SELECT count(*) FROM duckdb_indexes() WHERE index_name = ?", [VECTOR_INDEX])
         deleted = int(self.get_meta("hnsw_deleted") or 0)
+        if not indexed and (base or delta):
+            done = "rebuilt"
+        elif delta > VECTOR_DELTA_MAX or (delta and delta >= VECTOR_REBUILD_SHARE * base):
+            done = "merged"
+        elif deleted > HNSW_DELETED_SHARE * max(base, 1):
+            done = "compacted"
+        else:
+            return "none"
         with self.transaction():
-            if delta and (not indexed or delta >= VECTOR_REBUILD_SHARE * base):
-                self.conn.execute(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
-                self._move_delta_to_base()
-                self.conn.execute(
-                    f"CREATE INDEX {VECTOR_INDEX} ON {VECTOR_BASE} USING HNSW (embedding) WITH (metric = 'cosine')"
-                )
-                self.set_meta("hnsw_deleted", "0")
-                return "rebuilt"
-            if delta > VECTOR_DELTA_MAX:
-                self._move_delta_to_base()
-                return "merged"
-            if indexed and deleted > HNSW_DELETED_SHARE * max(base, 1):
-                self.conn.execute(f"PRAGMA hnsw_compact_index('{VECTOR_INDEX}')")
-                self.set_meta("hnsw_deleted", "0")
-                return "compacted"
-        return "none"
-
-    def _move_delta_to_base(self) -> None:
-        self.conn.execute(f"INSERT INTO {VECTOR_BASE} FROM {VECTOR_DELTA}")
-        self.conn.execute(f"DELETE FROM {VECTOR_DELTA}")
+            self.conn.execute(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
+            self.conn.execute(
+                f"CREATE TABLE {VECTOR_BASE}_new AS FROM {VECTOR_BASE} WHERE chunk_id IS NOT NULL "
+                f"UNION ALL BY NAME FROM {VECTOR_DELTA}"
+            )
+            self.conn.execute(f"DROP TABLE {VECTOR_BASE}")
+            self.conn.execute(f"ALTER TABLE {VECTOR_BASE}_new RENAME TO {VECTOR_BASE}")
+            self.conn.execute(f"DELETE FROM {VECTOR_DELTA}")
+            self.conn.execute(
+                f"CREATE INDEX {VECTOR_INDEX} ON {VECTOR_BASE} USING HNSW (embedding) WITH (metric = 'cosine')"
+            )
+            self.set_meta("hnsw_deleted", "0")
+        return done
 
     # -- keyword index --
 
@@ -1081,7 +1112,7 @@ class Warehouse(_Queries):
         ids = list(session_ids)
         rows = self.query("SELECT session_id, project FROM sessions WHERE session_id IN (SELECT unnest(?))", [ids])
         self.delete_session_caches(ids)
-        self.delete_sessions(ids)
+        self.delete_sessions(ids, purge=True)
         self.delete_where("session_threads", "session_id", ids)
         self.conn.execute(
             "UPDATE source_files SET session_ids = list_filter(session_ids, s -> NOT list_contains($ids, s)) "
@@ -1099,31 +1130,37 @@ class Warehouse(_Queries):
     def checkpoint(self) -> None:
         self.conn.execute(f"CHECKPOINT {DATABASE}")
 
-    def outgrown(self, limit: float = REBUILD_GROWTH, *, min_excess: int = REBUILD_MIN_EXCESS) -> bool:
-        """Whether the (checkpointed) file is more than `limit` times the size its rows need, by more than
-        `min_excess` bytes: then `rebuild_file` it once closed. The need is the file's size at the end of the first
-        run after its last rebuild (recorded by this call), scaled by its rows: a run's checkpoint writes the row
-        groups and index it changed before it frees the old ones, so a file in use holds more than a fresh copy,
-        and measuring against the fresh copy would rebuild a small file after every change. A file never rebuilt
-        (a first index, whose checkpoints leave free blocks behind) is measured against `min_excess` alone."""
+    def outgrown(self) -> bool:
+        """Whether the (checkpointed) file holds more than REBUILD_GROWTH times what its rows need, by more than
+        REBUILD_MIN_EXCESS bytes: then `rebuild_file` it once closed. The need is the size of the file the last
+        rebuild wrote (`rebuild_baseline`, a copy holding nothing but the data), its part beyond
+        REBUILD_FIXED_BYTES scaled by the rows held now; when there is no such measure, or the rows grew past
+        REBUILD_ROWS_GROWTH times the measured ones, any file over REBUILD_MIN_EXCESS is rebuilt, which measures
+        it."""
         size = self.path.stat().st_size
-        baseline = self.get_meta("rebuild_baseline")
-        if baseline is None:
-            return size > min_excess
-        rows = _data_rows(self.conn)
-        measured = json.loads(baseline)
-        if measured["bytes"] is None:
-            with self.transaction():
-                self.set_meta("rebuild_baseline", to_json({"bytes": size, "rows": rows}))
+        if size <= REBUILD_MIN_EXCESS:
             return False
-        needed = measured["bytes"] * rows / max(measured["rows"], 1)
-        return size > limit * needed and size - needed > min_excess
+        rows = _data_rows(self.conn)
+        measured = json.loads(self.get_meta("rebuild_baseline") or "{}")
+        if measured.get("bytes") is None or rows > REBUILD_ROWS_GROWTH * max(measured["rows"], 1):
+            return True
+        fixed = min(REBUILD_FIXED_BYTES, measured["bytes"])
+        needed = fixed + (measured["bytes"] - fixed) * rows / max(measured["rows"], 1)
+        return size > REBUILD_GROWTH * needed and size - needed > REBUILD_MIN_EXCESS
 
 
 def _create_vector_delta_and_view(conn: duckdb.DuckDBPyConnection) -> None:
     """The delta beside an existing base, and the `chunk_embeddings` view searches read over both."""
     conn.execute(f"CREATE TABLE {VECTOR_DELTA} AS FROM {VECTOR_BASE} LIMIT 0")
-    conn.execute(f"CREATE VIEW chunk_embeddings AS FROM {VECTOR_BASE} UNION ALL BY NAME FROM {VECTOR_DELTA}")
+    _create_vector_view(conn)
+
+
+def _create_vector_view(conn: duckdb.DuckDBPyConnection) -> None:
+    """`chunk_embeddings`: the live vectors of the base (not the unlinked ones) and the delta."""
+    conn.execute(
+        f"CREATE OR REPLACE VIEW chunk_embeddings AS FROM {VECTOR_BASE} WHERE chunk_id IS NOT NULL "
+        f"UNION ALL BY NAME FROM {VECTOR_DELTA}"
+    )
 
 
 def _json_default(value: Any) -> Any:
@@ -1179,8 +1216,9 @@ def rebuild_file(warehouse: Path) -> None:
         os.fsync(handle.fileno())
     os.replace(fresh, warehouse)
     _fsync_directory(warehouse.parent)
-    with Warehouse(warehouse) as wh, wh.transaction():
-        wh.set_meta("rebuild_baseline", to_json({"bytes": None, "rows": 0}))  # measured by the next run's outgrown()
+    compact = warehouse.stat().st_size
+    with Warehouse(warehouse) as wh, wh.transaction():  # what the rows need, for outgrown()
+        wh.set_meta("rebuild_baseline", to_json({"bytes": compact, "rows": _data_rows(wh.conn)}))
 
 
 PUBLISH_BLOCK = 1 << 20

@@ -99,6 +99,23 @@ def test_deleted_vectors_are_compacted_only_past_the_threshold(tmp_path: Path) -
     _maintain(path)
     with Warehouse(path) as wh, wh.transaction():
         wh.delete_sessions(["a"])
-    assert _maintain(path) == ("compacted", 100, 0)
+    assert _maintain(path) == ("compacted", 100, 0)  # rebuilt over the live rows
     with Warehouse(path) as wh:
         assert wh.maintain_vector_index() == "none"
+
+
+def test_an_unlinked_base_vector_is_not_found_and_an_older_view_learns_to_skip_it(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    rng = random.Random(7)
+    gone = _write(path, "a", 50, rng)[0]
+    _write(path, "b", 50, rng)
+    _maintain(path)
+    with Warehouse(path) as wh:
+        wh.conn.execute(f"CREATE OR REPLACE VIEW chunk_embeddings AS FROM {VECTOR_BASE} UNION ALL BY NAME FROM {VECTOR_DELTA}")
+        with wh.transaction():  # session a's chunks were rewritten (no chunk has its vectors' text hash any more)
+            wh.conn.execute("UPDATE chunks SET context_hash = 'rewritten' WHERE session_id = 'a'")
+            assert wh.delete_stale_embeddings(["a"]) == 50
+        wh.ensure_embedding_table(MODEL, DIMENSIONS)
+        assert wh.scalar("SELECT count(*) FROM chunk_embeddings") == 50
+        assert wh.scalar(f"SELECT count(*) FROM {VECTOR_BASE}") == 100  # unlinked, the index untouched
+    assert _nearest(path, gone["embedding"], Filters()) != gone["chunk_id"]

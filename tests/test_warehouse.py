@@ -12,6 +12,7 @@ import duckdb
 import pytest
 
 from sessionmem_pipeline import warehouse as wh_module
+from sessionmem_pipeline.client import _nearest_sql
 from sessionmem_pipeline.warehouse import (
     SCHEMA_VERSION,
     VECTOR_DELTA,
@@ -142,11 +143,15 @@ def test_a_rebuild_keeps_every_row_and_the_indexes(tmp_path: Path) -> None:
                 wh.sync_keyword_index("chunks", [session])
                 wh.insert(VECTOR_DELTA, [{"chunk_id": f"{session}:{i}:{round_}", "session_id": session, "text_hash": "h",
                                           "embedding": [1.0, i, round_, 0.5]} for i in range(30)])
-            wh.maintain_vector_index()
+            if round_ < 4:  # the last round's replaced vectors stay unlinked in the indexed base
+                wh.maintain_vector_index()
         tables = [r[0] for r in wh.conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'wh' ORDER BY table_name").fetchall()]
+        assert wh.scalar("SELECT count(*) FROM chunk_embeddings_base WHERE chunk_id IS NULL")  # unlinked rows kept
         before = {t: wh.query(f"SELECT * FROM {t} ORDER BY ALL") for t in tables}
         search_before = keyword_search(wh.conn, "chunks", "order 41 shipped", limit=5)
+        nearest = _nearest_sql("?::FLOAT[4]")
+        vector_before = wh.conn.execute(nearest, [[1.0, 4, 4, 0.5], 5, [1.0, 4, 4, 0.5], 5]).fetchall()
 
     rebuild_file(path)
 
@@ -155,6 +160,8 @@ def test_a_rebuild_keeps_every_row_and_the_indexes(tmp_path: Path) -> None:
         after["meta"] = [m for m in after["meta"] if m["key"] != "rebuild_baseline"]  # the rebuild's own record
         assert after == before
         assert keyword_search(wh.conn, "chunks", "order 41 shipped", limit=5) == search_before
+        assert wh.conn.execute(nearest, [[1.0, 4, 4, 0.5], 5, [1.0, 4, 4, 0.5], 5]).fetchall() == vector_before
+        assert vector_before[0][0] == "s1:4:4"
         assert wh.scalar("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'chunk_embeddings_hnsw'") == 1
         with wh.transaction():  # sequences go on where they were: new documents get new keys
             wh.insert("chunks", [{"chunk_id": "n:0:x", "session_id": "n", "chunk_index": 0, "content": "new order"}])
