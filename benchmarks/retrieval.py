@@ -64,7 +64,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_data import LOCOMO_DEV, LOCOMO_SOURCE, require
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script or with -m, from any folder
+
+from benchmarks.bench_data import LOCOMO_DEV, LOCOMO_SOURCE, require  # noqa: E402
 from sessionmem_pipeline.client import SearchResult, SessionMemory
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.stages.run import index_sources

@@ -52,7 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_data import LOCOMO_DEV, LOCOMO_SOURCE, require
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script or with -m, from any folder
+
+from benchmarks.bench_data import LOCOMO_DEV, LOCOMO_SOURCE, require  # noqa: E402
 from sessionmem_pipeline.core.collapse import collapse_messages
 from sessionmem_pipeline.core.formats import parse_file
 from sessionmem_pipeline.core.models import CollapsedMessage

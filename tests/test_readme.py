@@ -50,3 +50,24 @@ def test_readme_commands_run_for_a_new_user(tmp_path: Path) -> None:
     assert (home / ".local/share/sessionmem/sessionmem.search.duckdb").is_file()
     memories = next(out for command, out in zip(commands, outputs, strict=True) if "sessionmem memories" in command)
     assert "Deploys go out on Tuesdays only." in memories
+
+
+def benchmark_commands(readme: str) -> list[list[str]]:
+    """The script (or `-m` module) of each command in the README's Benchmarks section."""
+    section = readme.split("## Benchmarks", 1)[1].split("\n## ", 1)[0]
+    found = re.findall(r"^\.venv/bin/python (-m \S+|\S+\.py)", section, flags=re.MULTILINE)
+    return [entry.split() for entry in found]
+
+
+def test_benchmark_sections_commands_are_found() -> None:
+    readme = "## Benchmarks\n```bash\n.venv/bin/python benchmarks/a.py --x 1\n.venv/bin/python -m benchmarks.b\n```\n## Next\n"
+    assert benchmark_commands(readme) == [["benchmarks/a.py"], ["-m", "benchmarks.b"]]
+
+
+@pytest.mark.parametrize("command", benchmark_commands((ROOT / "README.md").read_text(encoding="utf-8")), ids=" ".join)
+def test_each_readme_benchmark_starts_as_written(command: list[str]) -> None:
+    """Run from a folder other than the clone, as a script, so an import that only works with `-m` shows."""
+    absolute = [str(ROOT / part) if part.endswith(".py") else part for part in command]
+    cwd = ROOT if command[0] == "-m" else ROOT.parent
+    done = subprocess.run([sys.executable, *absolute, "--help"], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "usage" in done.stdout, done.stderr[-2000:]
