@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -208,6 +209,26 @@ def test_every_rule_has_bounded_repetition() -> None:
     """No open-ended counted repetition (`{n,}`) and a bounded name window: cost stays linear in the line."""
     for rule in redact_module._RULES:
         assert not re.search(r"\{\d+,\}", rule.pattern.pattern), rule.pattern.pattern
+
+
+def _find_secrets_scanning_everywhere(text: str, monkeypatch: pytest.MonkeyPatch) -> list[SecretMatch]:
+    everywhere = tuple(dataclasses.replace(rule, trigger=None) for rule in redact_module._RULES)
+    with monkeypatch.context() as patched:
+        patched.setattr(redact_module, "_RULES", everywhere)
+        return find_secrets(text)
+
+
+def test_triggers_only_skip_lines_that_hold_no_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule looks only at lines holding its trigger: the finds equal those of every rule scanning everything,
+    on the whole corpus as one text (secrets, clean look-alikes, placeholders, mixed case, non-ASCII lines)."""
+    corpus = "\n".join(
+        (CORPUS / half / name).read_text(encoding="utf-8")
+        for half in BENCHMARK.TUNING
+        for name in ("secrets.txt", "clean.txt")
+    )
+    text = corpus + "\nİstanbul PASSWORD=Kestrel-4471 Authorization: Bearer FAKEqcvGtAtIfNGpak8uNyPAbtVhbOrzUQ04\n"
+    assert find_secrets(text) == _find_secrets_scanning_everywhere(text, monkeypatch)
+    assert find_secrets(text.upper()) == _find_secrets_scanning_everywhere(text.upper(), monkeypatch)
 
 
 def test_a_secret_at_the_end_of_a_huge_line_is_found() -> None:

@@ -29,7 +29,9 @@ the user (`guest:guest`, a default).
 
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
 `npm_XXXX…`, `rdme_XXXX_XXXX`), typed-out alphabets (`AIzaSyabcdef…`, character-set constants), `<your-token>`.
-Every pattern has bounded repetition, so a huge line costs linear time.
+Every pattern has bounded repetition, so a huge line costs linear time; and a huge text costs a few fast scans:
+provider tokens are searched one literal prefix at a time, and every context rule looks only at the lines holding
+its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message of prose redacts in about 2 s.
 
 Redacting is idempotent: a placeholder is never matched again, so redacting twice equals redacting once.
 """
@@ -38,8 +40,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import math
 import re
+import string
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -70,7 +74,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     (KIND_STRIPE, r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,255}|\bwhsec_[A-Za-z0-9+/=]{20,255}"),
     (KIND_GOOGLE, r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])|\bGOCSPX-[A-Za-z0-9_-]{20,255}|\bya29\.[0-9A-Za-z_-]{20,2048}"),
     ("sendgrid-key", r"\bSG\.[\w-]{16,32}\.[\w-]{16,64}"),
-    ("mailgun-key", r"\b(?:pub)?key-[0-9A-Za-z]{32}\b"),
+    ("mailgun-key", r"\bkey-[0-9A-Za-z]{32}\b|\bpubkey-[0-9A-Za-z]{32}\b"),
     ("mailchimp-key", r"\b[0-9a-f]{32}-us\d{1,2}\b"),
     ("docker-token", r"\bdckr_(?:pat|oat)_[A-Za-z0-9_-]{20,100}"),
     ("vault-token", r"\bhv[sb]\.[\w-]{24,400}|\bs\.[A-Za-z0-9]{24}\b"),
@@ -435,6 +439,7 @@ class _Rule:
     pattern: re.Pattern[str]
     groups: tuple[int | str, ...] = (0,)
     accept: Accept = _always
+    trigger: re.Pattern[str] | None = None  # found (lower-cased) on the line of every match; None: look everywhere
 
 
 def _has_letter_and_digit(m: re.Match[str]) -> bool:
@@ -465,14 +470,28 @@ def _accept_xml(m: re.Match[str]) -> bool:
 
 
 _SEPARATORS = re.compile(r"[-_.]")
-_KIND_FROM_GROUP = ""  # the rule's kind is that of the `_PROVIDER_TOKENS` entry whose group matched
-def _accept_token(m: re.Match[str]) -> bool:
+_WORD_CHAR = re.compile(r"\w")
+
+
+def _accepts_token(kind: str, word_start: bool) -> Accept:
+    """The judgement of a provider token of `kind`; `word_start`: the token must not follow a word character
+    (its pattern's leading `\\b`, checked here so the pattern keeps a literal prefix that the regex engine scans
+    for fast)."""
+
+    def accept(m: re.Match[str]) -> bool:
+        if word_start and m.start() and _WORD_CHAR.match(m.string, m.start() - 1):
+            return False
+        return _is_provider_token(kind, m)
+
+    return accept
+
+
+def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
     token = m.group(0)
     if token in _DOCUMENTED_EXAMPLES or _is_filler(_SEPARATORS.sub("", token)) or _is_alphabet(token):
         return False  # `xoxp-XXXXXXXXXX-XXXXXXXXXX-…`: filler between separators
     if _VALUE_PLACEHOLDER.search(token):
         return False  # `xoxb-your-bot-token`
-    kind = _rule_kind(_PROVIDER_RULE, m)
     if kind == "vault-token" and token.startswith("s."):  # legacy `s.` tokens: not `s.AcceptanceTimeoutSeconds`
         return _has_letter_and_digit(m) and not token[2:].isupper() and not token[2:].islower()
     if kind == "huggingface-token":  # random mixed case, not `hf_requiredCharacteristicTypesFor…`
@@ -483,6 +502,59 @@ def _accept_token(m: re.Match[str]) -> bool:
     if kind == KIND_SLACK:  # not `xoxp-1234567890` nor a prefix whose secret part is `####`
         return not token.endswith("-") and any(c.isalpha() for c in token[5:])
     return True
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """A pattern's top-level `|` alternatives."""
+    parts, depth, start, index, in_class = [], 0, 0, 0, False
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            index += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(pattern[start:index])
+            start = index + 1
+        index += 1
+    return [*parts, pattern[start:]]
+
+
+_UNPREFIXED_TOKEN_TRIGGERS = {  # the literal part of tokens that do not start with one (see `_Rule.trigger`)
+    "telegram-token": ":a",
+    "azure-key": "q~",
+    "facebook-token": r"\|",
+    "mailchimp-key": "-us",
+}
+
+
+def _provider_rules() -> tuple[_Rule, ...]:
+    """One rule per alternative of each provider token pattern. Python's regex engine scans fast for a literal
+    prefix (`AKIA`, `ghp_`) but tries every branch at every position of one big alternation, so each alternative
+    is its own pattern and a leading `\\b` moves into the judgement; an alternative without a literal prefix
+    looks only at lines holding its literal part."""
+    rules = []
+    for kind, pattern in _PROVIDER_TOKENS:
+        for alternative in _alternatives(pattern):
+            word_start = alternative.startswith(r"\b")
+            body = alternative[2:] if word_start else alternative
+            trigger = None if body[0].isalnum() else _UNPREFIXED_TOKEN_TRIGGERS.get(kind)
+            rules.append(
+                _Rule(
+                    kind,
+                    re.compile(body),
+                    accept=_accepts_token(kind, word_start),
+                    trigger=_trigger(trigger) if trigger else None,
+                )
+            )
+    return tuple(rules)
 
 
 def _accept_docker_auth(m: re.Match[str]) -> bool:
@@ -639,6 +711,14 @@ def _accept_symbol_password(m: re.Match[str]) -> bool:
     )
 
 
+def _trigger(pattern: str) -> re.Pattern[str]:
+    """A rule's trigger: lower-case text that every line holding a match holds (see `_Rule.trigger`)."""
+    return re.compile(pattern)
+
+
+_NAME_WORD = _trigger("pass|pw|secret|token|credential|key")  # in every name `_name_strength` accepts
+
+
 _RULES: tuple[_Rule, ...] = (
     _Rule(
         KIND_PRIVATE_KEY,
@@ -649,11 +729,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         accept=_has_key_body,
     ),
-    _Rule(
-        _KIND_FROM_GROUP,
-        re.compile("|".join(f"(?P<t{index}>{pattern})" for index, (_, pattern) in enumerate(_PROVIDER_TOKENS))),
-        accept=_accept_token,
-    ),
+    *_provider_rules(),
     _Rule(
         KIND_AWS,
         re.compile(
@@ -663,9 +739,15 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_literal,
+        _NAME_WORD,
     ),
-    _Rule(KIND_ANTHROPIC, re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,400}")),
-    _Rule(KIND_OPENAI, re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,400}"), accept=_has_letter_and_digit),
+    _Rule(KIND_ANTHROPIC, re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,400}"), trigger=_trigger("sk-ant-")),
+    _Rule(
+        KIND_OPENAI,
+        re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,400}"),
+        accept=_has_letter_and_digit,
+        trigger=_trigger("sk-"),
+    ),
     _Rule(
         KIND_WEBHOOK,
         re.compile(
@@ -674,8 +756,9 @@ _RULES: tuple[_Rule, ...] = (
             r"|\.webhook\.office\.com/webhookb2/(?P<teams>[^\s\"'<>]{40,400})"
         ),
         ("slack", "discord", "teams"),
+        trigger=_trigger(r"hooks\.slack|discord|webhook\.office"),
     ),
-    _Rule(KIND_JWT, re.compile(r"\beyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,8192}")),
+    _Rule(KIND_JWT, re.compile(r"\beyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,8192}"), trigger=_trigger("eyj")),
     _Rule(  # scheme://user:PASS@host keeps user and host
         KIND_PASSWORD,
         re.compile(
@@ -683,6 +766,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         lambda m: _is_password_slot(m.group("user"), m.group("value")),
+        _trigger("://"),
     ),
     _Rule(
         KIND_PASSWORD,
@@ -693,6 +777,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_authorization,
+        _trigger("authorization"),
     ),
     _Rule(  # curl -u user:PASS, --user user:'PASS', -u "user:PASS PHRASE"
         KIND_PASSWORD,
@@ -705,18 +790,21 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: _is_command_password(
             m.group("dq_user") or m.group("sq_user") or m.group("user"), _first_group(m, "dq_all", "sq_all", "dq", "sq", "bare")
         ),
+        _trigger("-u"),
     ),
     _Rule(  # docker login -u ci -p 'PASS', az login -u me -p PASS
         KIND_PASSWORD,
         re.compile(r"\blogin\b[^\n|;&]{0,200}?[ \t]-p[ \t]+" + _SHELL_WORD),
         ("dq", "sq", "bare"),
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+        _trigger("login"),
     ),
     _Rule(  # PowerShell: ConvertTo-SecureString "PASS" -AsPlainText
         KIND_PASSWORD,
         re.compile(r"(?i)\bConvertTo-SecureString[ \t]+(?:-String[ \t]+)?(?:\"(?P<dq>[^\"\n]{1,256})\"|'(?P<sq>[^'\n]{1,256})')"),
         ("dq", "sq"),
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq")),
+        _trigger("convertto-securestring"),
     ),
     _Rule(  # <add key="ClearTextPassword" value="PASS" />, define('DB_PASSWORD', 'PASS'), setdefault("API_TOKEN", "…")
         KIND_PASSWORD,
@@ -726,6 +814,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_named_value,
+        _NAME_WORD,
     ),
     _Rule(  # if (db_pass !== "PASS"): a literal compared with a secret-named variable is that secret
         KIND_PASSWORD,
@@ -734,30 +823,35 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_named_value,
+        _NAME_WORD,
     ),
     _Rule(  # db_pass: m{{h}o)p${e]nob(ody[finds>-_$#thisone}}, (unquoted, so the value runs to a space)
         KIND_PASSWORD,
         re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]{0,80})[ \t]*[:=][ \t]*(?P<value>[^\s\"'`]{5,200}[^\s\"'`,;])(?=[,;]?(?:\s|$))"),
         ("value",),
         _accept_symbol_password,
+        _NAME_WORD,
     ),
     _Rule(  # mysql -pPASS
         KIND_PASSWORD,
         re.compile(r"\bmysql(?:dump|admin|sh)?\b[^\n|;&]{0,200}?[ \t]-p(?P<value>[^\s\"'-][^\s\"']{0,256})"),
         ("value",),
         _accept_literal,
+        _trigger("mysql"),
     ),
     _Rule(
         KIND_PASSWORD,
         re.compile(r"<(?P<name>[A-Za-z_][\w.-]{0,60})>(?P<value>[^<>\s]{1,400})</(?P=name)>"),
         ("value",),
         _accept_xml,
+        _NAME_WORD,
     ),
     _Rule(  # sshpass -p PASS
         KIND_PASSWORD,
         re.compile(r"\bsshpass[ \t]+-p[ \t]*" + _SHELL_WORD),
         ("dq", "sq", "bare"),
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+        _trigger("sshpass"),
     ),
     _Rule(  # requests' auth=("user", "PASS"), HTTPBasicAuth("user", "PASS")
         KIND_PASSWORD,
@@ -767,22 +861,26 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_literal,
+        _trigger("auth"),
     ),
     _Rule(  # a Docker config.json `"auth": "<base64 of user:password>"`
         KIND_PASSWORD,
         re.compile(r"\"auth\"[ \t]*:[ \t]*\"(?P<value>[A-Za-z0-9+/]{8,1024}={0,2})\""),
         ("value",),
         _accept_docker_auth,
+        _trigger('"auth"'),
     ),
     _Rule(  # a Twilio auth token after its account SID: Client("AC…", "TOKEN"), -u AC…:TOKEN, `twilio login AC… TOKEN`
         "twilio-key",
         re.compile(r"\bAC[0-9a-f]{32}[\"']?(?:[ \t]*,[ \t]*|:|[ \t]+)[\"']?(?P<value>[0-9a-f]{32})\b"),
         ("value",),
+        trigger=_trigger("ac[0-9a-f]{32}"),
     ),
     _Rule(  # an Azure SAS signature, and a storage account key in a connection string
         KIND_AZURE,
         re.compile(r"[?&;]sig=(?P<sig>[A-Za-z0-9%+/=]{20,256})|\bAccountKey=(?P<account>[A-Za-z0-9+/]{40,256}={0,2})"),
         ("sig", "account"),
+        trigger=_trigger("sig=|accountkey="),
     ),
     _Rule(  # X-Shopify-Access-Token: …, X-API-Key: … (anywhere on a line)
         KIND_PASSWORD,
@@ -792,6 +890,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         lambda m: not _is_excluded_value(m.group("value")) and _looks_like_credential(m.group("value")),
+        _trigger("x-"),
     ),
     _Rule(  # the password is Kestrel-4471; Password for the admin is tr0ub4dor&3; login as root, password ch4ngeMe
         KIND_PASSWORD,
@@ -803,6 +902,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_prose_password,
+        _NAME_WORD,
     ),
     _Rule(  # YAML: `password: Harbor Lights 2019!`, a phrase up to the end of its line
         KIND_PASSWORD,
@@ -812,12 +912,14 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_yaml_phrase,
+        _NAME_WORD,
     ),
     _Rule(  # fish: set -x API_TOKEN value
         KIND_PASSWORD,
         re.compile(r"\bset[ \t]+-[gxuU]{1,3}[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]{0,80})[ \t]+[\"']?(?P<value>[^\s\"']{1,400})"),
         ("value",),
         lambda m: _name_strength(m.group("name")) == _STRONG and not _is_excluded_value(m.group("value")),
+        _NAME_WORD,
     ),
     _Rule(  # --password hunter2 (the `--name=value` form is an assignment)
         KIND_PASSWORD,
@@ -827,6 +929,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_flag,
+        _NAME_WORD,
     ),
     _Rule(
         KIND_PASSWORD,
@@ -839,17 +942,9 @@ _RULES: tuple[_Rule, ...] = (
         ),
         _KV_VALUE_GROUPS,
         _accept_assignment,
+        _NAME_WORD,
     ),
 )
-
-
-def _rule_kind(rule: _Rule, m: re.Match[str]) -> str:
-    if rule.kind == _KIND_FROM_GROUP:
-        return _PROVIDER_TOKENS[int((m.lastgroup or "t0")[1:])][0]
-    return rule.kind
-
-
-_PROVIDER_RULE = _RULES[1]
 
 
 def _span(rule: _Rule, m: re.Match[str]) -> tuple[int, int] | None:
@@ -859,11 +954,11 @@ def _span(rule: _Rule, m: re.Match[str]) -> tuple[int, int] | None:
     return None
 
 
-def _candidates(rule: _Rule, text: str) -> Iterator[re.Match[str]]:
-    """The rule's accepted matches. A rejected match gives its text back, so `-var="db_password=…"` is still seen
-    after `var="…"` was judged not a secret."""
-    position = 0
-    while (m := rule.pattern.search(text, position)) is not None:
+def _candidates(rule: _Rule, text: str, start: int, end: int) -> Iterator[re.Match[str]]:
+    """The rule's accepted matches in `text[start:end]`. A rejected match gives its text back, so
+    `-var="db_password=…"` is still seen after `var="…"` was judged not a secret."""
+    position = start
+    while (m := rule.pattern.search(text, position, end)) is not None:
         span = _span(rule, m)
         if span is not None and span[0] < span[1] and rule.accept(m):
             yield m
@@ -872,16 +967,46 @@ def _candidates(rule: _Rule, text: str) -> Iterator[re.Match[str]]:
             position = m.start() + 1
 
 
+def _lines_with(trigger: re.Pattern[str], text: str, lowered: str) -> list[tuple[int, int]]:
+    """The lines holding a match of `trigger` in `lowered`, as (start, end) of `text`. A line starts at the newline
+    before it, so a rule's `(?:^|\\s)` still sees it; the end stops the search before the next newline, which no
+    rule but the multi-line private-key block crosses."""
+    lines: list[tuple[int, int]] = []
+    position = 0
+    while (hit := trigger.search(lowered, position)) is not None:
+        start = max(text.rfind("\n", 0, hit.start()), 0)
+        end = text.find("\n", hit.end())
+        end = len(text) if end == -1 else end
+        lines.append((start, end))
+        position = end + 1
+    return lines
+
+
+def _lowered(text: str) -> str:
+    """`text` in lower case, offset for offset (a few characters lower-case to two, then only ASCII is lowered)."""
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
 def find_secrets(text: str) -> list[SecretMatch]:
-    """Every secret in `text`, in order, non-overlapping; overlapping finds merge and keep the most specific kind."""
+    """Every secret in `text`, in order, non-overlapping; overlapping finds merge and keep the most specific kind.
+    A rule with a trigger looks only at the lines holding it, so a huge text costs a few fast scans."""
     placeholders = [m.span() for m in PLACEHOLDER_RE.finditer(text)]
+    lowered = _lowered(text)
+    scopes: dict[re.Pattern[str] | None, list[tuple[int, int]]] = {None: [(0, len(text))]}
     found: list[tuple[int, int, int, str]] = []  # start, end, priority, kind
     for priority, rule in enumerate(_RULES):
-        for m in _candidates(rule, text):
-            span = _span(rule, m)
-            if span is None or any(start < span[1] and span[0] < end for start, end in placeholders):
-                continue  # already redacted: keeps redaction idempotent
-            found.append((span[0], span[1], priority, _rule_kind(rule, m)))
+        if rule.trigger not in scopes:
+            scopes[rule.trigger] = _lines_with(rule.trigger, text, lowered)
+        for start, end in scopes[rule.trigger]:
+            for m in _candidates(rule, text, start, end):
+                span = _span(rule, m)
+                if span is None or _overlaps_any(span, placeholders):
+                    continue  # already redacted: keeps redaction idempotent
+                found.append((span[0], span[1], priority, rule.kind))
     found.sort()
     merged: list[SecretMatch] = []
     best_priority = 0
@@ -897,6 +1022,12 @@ def find_secrets(text: str) -> list[SecretMatch]:
             merged.append(SecretMatch(kind, start, end))
             best_priority = priority
     return merged
+
+
+def _overlaps_any(span: tuple[int, int], sorted_spans: list[tuple[int, int]]) -> bool:
+    """Whether `span` overlaps one of `sorted_spans` (sorted, disjoint)."""
+    index = bisect.bisect_left(sorted_spans, (span[1],))
+    return index > 0 and sorted_spans[index - 1][1] > span[0]
 
 
 def redact(text: str) -> str:
