@@ -45,6 +45,7 @@ from sessionmem_pipeline.core.models import (
 )
 from sessionmem_pipeline.core.recap import clip_line, opening_sentences, prose_lines, split_sentences
 from sessionmem_pipeline.core.redact import redact
+from sessionmem_pipeline.core.sanitize import sanitize_session
 from sessionmem_pipeline.core.tokens import count_tokens, truncate_to_tokens
 from sessionmem_pipeline.core.topics import keyword_topics
 
@@ -709,8 +710,9 @@ def _summary(
 
 
 def parse_transcript(path: str, data: bytes, *, session_id: str | None = None) -> ParsedSession:
-    """One session of a transcript file's bytes (any supported format): `session_id`, else the file's last session
-    (the one still going). Raises ValueError naming the file when there is none to compact."""
+    """One session of a transcript file's bytes (any supported format), sanitized as at ingest (private spans out,
+    secrets redacted): `session_id`, else the file's last session (the one still going). Raises ValueError naming
+    the file when there is none to compact."""
     result = parse_file(path, os.path.dirname(path) or ".", data, final=True)
     sessions = [s for s in result.sessions if s.messages]
     if session_id is not None:
@@ -721,7 +723,7 @@ def parse_transcript(path: str, data: bytes, *, session_id: str | None = None) -
     if not sessions:
         problems = "; ".join(str(w) for w in result.warnings[:3])
         raise ValueError(f"{path}: no messages found{f' ({problems})' if problems else ''}")
-    return sessions[-1]
+    return sanitize_session(sessions[-1])
 
 
 def _humanized(tag: str) -> str:

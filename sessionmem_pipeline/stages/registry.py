@@ -73,9 +73,9 @@ INGEST = Stage(
     ("validation.max_bad_line_share", "privacy.exclude_paths", "privacy.exclude_projects"),
     uses_redaction=True,
 )
-COLLAPSE = Stage("collapse", 3, upstream="ingest")
+COLLAPSE = Stage("collapse", 4, upstream="ingest")
 """2: OpenCode's filePath/oldString/newString, no empty file names; 3: Codex `shell_command` calls read as shell
-commands."""
+commands; 4: no second redaction (messages come redacted from ingest)."""
 CHUNK = Stage(
     "chunk", 3, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
     uses_llm=True,
