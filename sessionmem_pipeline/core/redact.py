@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "4"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "5"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -117,6 +117,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("readme-key", r"\brdme_[a-z0-9]{70}\b"),
     ("flyio-token", r"\bfo1_[\w-]{43}|\bfm[12][ar]?_[A-Za-z0-9+/]{100,2000}={0,3}"),
     ("onepassword-token", r"\bops_eyJ[A-Za-z0-9+/]{250,2000}={0,3}"),
+    ("cloudflare-origin-ca-key", r"\bv1\.0-[a-f0-9]{24}-[a-f0-9]{146}\b"),
 )
 
 SECRET_KINDS = tuple(
@@ -288,9 +289,13 @@ def _looks_random(value: str) -> bool:
     has_alpha = any(c.isalpha() for c in value)
     if not (has_digit and has_alpha):
         return False
+    return _entropy(value) >= 3.3
+
+
+def _entropy(value: str) -> float:
+    """Shannon entropy of the value's characters, in bits per character."""
     counts = Counter(value)
-    entropy = -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
-    return entropy >= 3.3
+    return -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
 
 
 def _looks_like_credential(value: str) -> bool:
@@ -302,7 +307,12 @@ def _looks_like_credential(value: str) -> bool:
         return False  # `r"[a-z]+"`, `<eos>`: a pattern or a tag; random symbols rarely close what they open
     has_digit = any(c.isdigit() for c in value)
     mixed_case = any(c.isupper() for c in value) and any(c.islower() for c in value)
-    return has_digit or (len(value) >= 16 and mixed_case)
+    if has_digit or (len(value) >= 16 and mixed_case):
+        return True
+    return len(value) >= 20 and value.isalpha() and _entropy(value) >= _RANDOM_LETTERS_ENTROPY  # Cloudant's 24 letters
+
+
+_RANDOM_LETTERS_ENTROPY = 3.6  # 24 random lower-case letters: ~4.0 bits; repeated or plain words stay lower
 
 
 def _looks_like_code(value: str, following: str) -> bool:
@@ -337,6 +347,8 @@ def _is_prose(value: str) -> bool:
 
 _PASSWORD_SUFFIXES = ("password", "passwd", "passphrase")
 _PASSWORD_LAST = frozenset({"pwd", "pass", "pw"})  # only as the name's last part: DB_PASS, MYSQL_PWD
+_JOINED_PASSWORD_END = "pwd"  # also closing a joined last part: `cloudantpwd`, `ibmpwd` (not `pass`: `bypass`, `compass`)
+_JOINED_KEY_LONGEST = 12  # `iamkey`, `slkey`: a short joined `…key` is a generic key name (not `primarykeycolumn`)
 _STRONG_SUFFIXES = (*_PASSWORD_SUFFIXES, "secret", "token", "credential", "credentials", "apikey")
 _KEY_QUALIFIERS = frozenset(
     "api secret access private auth encryption signing master license client app service account webhook "
@@ -375,7 +387,9 @@ def _name_parts(name: str) -> list[str]:
 
 def _is_password_name(name: str) -> bool:
     parts = _name_parts(name)
-    return any(p.endswith(_PASSWORD_SUFFIXES) for p in parts) or (bool(parts) and parts[-1] in _PASSWORD_LAST)
+    return any(p.endswith(_PASSWORD_SUFFIXES) for p in parts) or (
+        bool(parts) and (parts[-1] in _PASSWORD_LAST or parts[-1].endswith(_JOINED_PASSWORD_END))
+    )
 
 
 def _name_strength(name: str) -> int:
@@ -383,7 +397,8 @@ def _name_strength(name: str) -> int:
     parts = _name_parts(name)
     best, last_index = _NONE, -1
     for index, part in enumerate(parts):
-        if part.endswith(_STRONG_SUFFIXES) or (part in _PASSWORD_LAST and index == len(parts) - 1):
+        last = index == len(parts) - 1
+        if part.endswith(_STRONG_SUFFIXES) or (last and (part in _PASSWORD_LAST or part.endswith(_JOINED_PASSWORD_END))):
             strength = _STRONG
         elif part == "key":
             if index and parts[index - 1] in _NOT_SECRET_KEY_QUALIFIERS:
@@ -391,6 +406,8 @@ def _name_strength(name: str) -> int:
             strength = _STRONG if index and parts[index - 1] in _KEY_QUALIFIERS else _WEAK
         elif part.endswith("key") and part[:-3] in _KEY_QUALIFIERS:
             strength = _STRONG
+        elif part.endswith("key") and len(part) <= _JOINED_KEY_LONGEST and part[:-3] not in _NOT_SECRET_KEY_QUALIFIERS:
+            strength = _WEAK
         else:
             continue
         best, last_index = max(best, strength), index
@@ -440,6 +457,7 @@ class _Rule:
     groups: tuple[int | str, ...] = (0,)
     accept: Accept = _always
     trigger: re.Pattern[str] | None = None  # found (lower-cased) on the line of every match; None: look everywhere
+    lines: int = 1  # how many lines from the trigger's a match may span
 
 
 def _has_letter_and_digit(m: re.Match[str]) -> bool:
@@ -557,6 +575,14 @@ def _provider_rules() -> tuple[_Rule, ...]:
     return tuple(rules)
 
 
+def _accept_value_below_name(m: re.Match[str]) -> bool:
+    """A key or token alone on the line below a credential name (not a URL, a path or a sentence)."""
+    name, value = m.group("name") or m.group("tag"), m.group("value")
+    if _name_strength(name) != _STRONG or _is_excluded_value(value) or _names_a_secret(value, name):
+        return False
+    return _looks_like_credential(value) and not _looks_like_code(value, "")
+
+
 def _accept_docker_auth(m: re.Match[str]) -> bool:
     """A Docker config `"auth"` is base64 of `user:password`; other `auth` fields are left alone."""
     try:
@@ -631,8 +657,11 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         return False
     if m.string[m.end() : m.end() + 1] in ("<", "{", "$"):
         return False  # `dop_v1_<your-token>`: the start of a template, not a value
-    if m.group("sep") == ":" and ((m.group("sp1") and not m.group("kq")) or not (m.group("sp2") or group != "v_bare")):
-        return False  # `Pass :meth:`, `input:TokenStream`: not a key-value pair
+    sep = m.group("sep")
+    if group == "v_bare" and sep in (":", "::") and (not m.group("sp2") or (sep == ":" and m.group("sp1") and not m.group("kq"))):
+        return False  # `Pass :meth:`, `input:TokenStream`, `token::Kind`: not a key-value pair
+    if sep == "," and (group != "v_bare" or m.group("sp1") or m.group("sp2") or not _looks_random(value)):
+        return False  # a CSV row `fooToken,<random>,` and nothing else: `f(token, other)`
     env_style = _is_env_style(m)
     if group == "v_bare" and not env_style:
         if value.isdigit() and len(value) < 6:
@@ -914,6 +943,23 @@ _RULES: tuple[_Rule, ...] = (
         _accept_yaml_phrase,
         _NAME_WORD,
     ),
+    _Rule(  # a value on the line after its name: YAML `api_token: |` or `>`, XML `<apiToken>` alone on its line
+        KIND_PASSWORD,
+        re.compile(
+            r"(?m)^[ \t]*(?:(?P<name>[A-Za-z_][\w.-]{0,80}):[ \t]+[|>][-+]?|<(?P<tag>[A-Za-z_][\w.-]{0,80})>)[ \t]*\n"
+            r"[ \t]+(?P<value>[^\s<>]{8,400})[ \t]*(?:$|\n[ \t]*</(?P=tag)>)"
+        ),
+        ("value",),
+        _accept_value_below_name,
+        _NAME_WORD,
+        lines=3,
+    ),
+    _Rule(  # SoftLayer's SOAP endpoint carries the API key in its path
+        KIND_PASSWORD,
+        re.compile(r"(?i)\bapi\.softlayer\.com/soap/v3(?:\.1)?/(?P<value>[a-z0-9]{64})\b"),
+        ("value",),
+        trigger=_trigger("softlayer"),
+    ),
     _Rule(  # fish: set -x API_TOKEN value
         KIND_PASSWORD,
         re.compile(r"\bset[ \t]+-[gxuU]{1,3}[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]{0,80})[ \t]+[\"']?(?P<value>[^\s\"']{1,400})"),
@@ -936,9 +982,11 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(
             r"(?<![A-Za-z0-9_])"
             r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key))"  # cheap pre-filter on the name
-            r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?)?"  # `"key": `, `["KEY"] = `
-            r"(?:[ \t]*:[ \t]*[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=]))?"  # a type: `password: str = `
-            r"(?P<sp1>[ \t]*)(?P<sep>:=|=>|=(?![=~])|:(?![:/=]))(?P<sp2>[ \t]*)" + _QUOTED_VALUE
+            r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?|\])?"  # `"key": `, `["KEY"] = `, `[key]:`
+            r"(?:[ \t]*:[ \t]*[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=])"  # a type: `password: str = `
+            r"|[ \t]+(?:string|String|str|\[\]byte)(?=[ \t]*=[^=]))?"  # Go: `var apiToken string = `
+            r"(?P<sp1>[ \t]*)(?P<sep>:{1,3}=|[?+.]=|=>|=(?![=~])|::(?![:=])|:(?![:/=])|,)(?P<sp2>[ \t]*)"  # make's `::=`, `?=`
+            + _QUOTED_VALUE
         ),
         _KV_VALUE_GROUPS,
         _accept_assignment,
@@ -967,19 +1015,29 @@ def _candidates(rule: _Rule, text: str, start: int, end: int) -> Iterator[re.Mat
             position = m.start() + 1
 
 
-def _lines_with(trigger: re.Pattern[str], text: str, lowered: str) -> list[tuple[int, int]]:
-    """The lines holding a match of `trigger` in `lowered`, as (start, end) of `text`. A line starts at the newline
-    before it, so a rule's `(?:^|\\s)` still sees it; the end stops the search before the next newline, which no
-    rule but the multi-line private-key block crosses."""
-    lines: list[tuple[int, int]] = []
+def _lines_with(trigger: re.Pattern[str], text: str, lowered: str, count: int = 1) -> list[tuple[int, int]]:
+    """The stretches of `count` lines whose first holds a match of `trigger` in `lowered`, as (start, end) of `text`,
+    merged where they overlap. A stretch starts at the newline before it, so a rule's `(?:^|\\s)` still sees it; it
+    ends before the newline after its last line, which only rules spanning more lines cross (`_Rule.lines`)."""
+    stretches: list[tuple[int, int]] = []
     position = 0
     while (hit := trigger.search(lowered, position)) is not None:
         start = max(text.rfind("\n", 0, hit.start()), 0)
-        end = text.find("\n", hit.end())
-        end = len(text) if end == -1 else end
-        lines.append((start, end))
-        position = end + 1
-    return lines
+        end = hit.end()
+        for _ in range(count):
+            newline = text.find("\n", end)
+            if newline == -1:
+                end = len(text)
+                break
+            end = newline + 1
+        else:
+            end -= 1
+        if stretches and start <= stretches[-1][1]:
+            start = stretches.pop()[0]
+        stretches.append((start, end))
+        line_end = text.find("\n", hit.end())
+        position = len(text) if line_end == -1 else line_end + 1
+    return stretches
 
 
 def _lowered(text: str) -> str:
@@ -996,12 +1054,13 @@ def find_secrets(text: str) -> list[SecretMatch]:
     A rule with a trigger looks only at the lines holding it, so a huge text costs a few fast scans."""
     placeholders = [m.span() for m in PLACEHOLDER_RE.finditer(text)]
     lowered = _lowered(text)
-    scopes: dict[re.Pattern[str] | None, list[tuple[int, int]]] = {None: [(0, len(text))]}
+    scopes: dict[tuple[re.Pattern[str] | None, int], list[tuple[int, int]]] = {}
     found: list[tuple[int, int, int, str]] = []  # start, end, priority, kind
     for priority, rule in enumerate(_RULES):
-        if rule.trigger not in scopes:
-            scopes[rule.trigger] = _lines_with(rule.trigger, text, lowered)
-        for start, end in scopes[rule.trigger]:
+        key = (rule.trigger, rule.lines)
+        if key not in scopes:
+            scopes[key] = [(0, len(text))] if rule.trigger is None else _lines_with(rule.trigger, text, lowered, rule.lines)
+        for start, end in scopes[key]:
             for m in _candidates(rule, text, start, end):
                 span = _span(rule, m)
                 if span is None or _overlaps_any(span, placeholders):
