@@ -118,6 +118,25 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("flyio-token", r"\bfo1_[\w-]{43}|\bfm[12][ar]?_[A-Za-z0-9+/]{100,2000}={0,3}"),
     ("onepassword-token", r"\bops_eyJ[A-Za-z0-9+/]{250,2000}={0,3}"),
     ("cloudflare-origin-ca-key", r"\bv1\.0-[a-f0-9]{24}-[a-f0-9]{146}\b"),
+    ("airtable-pat", r"\bpat[A-Za-z0-9]{14}\.[a-f0-9]{64}\b"),
+    ("harness-pat", r"\b(?:pat|sat)\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}\b"),
+    ("maxmind-key", r"(?<![A-Za-z0-9])[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk\b"),
+    ("onepassword-secret-key", r"\bA3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}\b"),
+    ("yandex-key", r"\bAQVN[A-Za-z0-9_-]{35,38}(?![\w-])|\bt1\.[A-Za-z0-9_-]{1,200}={0,2}\.[A-Za-z0-9_-]{86}={0,2}"),
+    ("twitter-bearer", r"\bA{22}[A-Za-z0-9%]{80,100}(?![A-Za-z0-9%+/=])"),
+    ("typeform-token", r"\btfp_[a-z0-9_.=-]{59}"),
+    ("frameio-token", r"\bfio-u-[a-z0-9_=-]{64}"),
+    ("sourcegraph-token", r"\bsgp_(?:[a-fA-F0-9]{16}|local)_[a-fA-F0-9]{40}\b|\bsgp_[a-fA-F0-9]{40}\b"),
+    ("notion-token", r"\bntn_[0-9]{11}[A-Za-z0-9]{35}\b|\bsecret_[A-Za-z0-9]{43}\b"),
+    ("definednetworking-key", r"\bdnkey-[a-z0-9=_-]{26}-[a-z0-9=_-]{52}"),
+    ("clickhouse-key", r"\b4b1d[A-Za-z0-9]{38}\b"),
+    ("flutterwave-key", r"\bFLW(?:PUBK|SECK)_TEST-[a-hA-H0-9]{32}-X\b|\bFLWSECK_TEST-[a-h0-9]{12}\b"),
+    ("artifactory-key", r"\bAKCp[A-Za-z0-9]{69}\b|\bcmVmd[A-Za-z0-9]{59}\b"),
+    ("mapbox-token", r"\b[ps]k\.eyJ[A-Za-z0-9_-]{10,300}\.[A-Za-z0-9_-]{20,100}|\b[ps]k\.[a-z0-9]{60}\.[a-z0-9]{22}\b"),
+    ("plaid-token", r"\b(?:access|public)-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
+    ("adobe-client-secret", r"\bp8e-[A-Za-z0-9]{32}\b"),
+    ("dropbox-token", r"\bsl\.[A-Za-z0-9_=-]{135,1400}"),
+    ("lob-key", r"\b(?:live|test)_(?:pub_)?[a-f0-9]{35}\b"),
 )
 
 SECRET_KINDS = tuple(
@@ -515,7 +534,9 @@ def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
     if kind == "huggingface-token":  # random mixed case, not `hf_requiredCharacteristicTypesFor…`
         body = token.split("_", 1)[1]
         return sum(c.isupper() for c in body) >= 8 and sum(c.islower() for c in body) >= 8
-    if kind in ("octopus-key", "discord-token", "telegram-token"):
+    if kind == "clickhouse-key":  # not 42 hex digits of a digest
+        return any(c.isupper() for c in token)
+    if kind in ("octopus-key", "discord-token", "telegram-token", "onepassword-secret-key", "maxmind-key"):
         return _has_letter_and_digit(m)
     if kind == KIND_SLACK:  # not `xoxp-1234567890` nor a prefix whose secret part is `####`
         return not token.endswith("-") and any(c.isalpha() for c in token[5:])
@@ -545,25 +566,33 @@ def _alternatives(pattern: str) -> list[str]:
     return [*parts, pattern[start:]]
 
 
-_UNPREFIXED_TOKEN_TRIGGERS = {  # the literal part of tokens that do not start with one (see `_Rule.trigger`)
+_TOKEN_TRIGGERS = {  # a literal part of every token of the kind, for patterns without a literal prefix to scan for
     "telegram-token": ":a",
     "azure-key": "q~",
-    "facebook-token": r"\|",
+    "facebook-token": r"eaa|\|",
     "mailchimp-key": "-us",
+    "maxmind-key": "_mmk",
+    "stripe-key": "_live_|_test_|whsec_",
+    "huggingface-token": "hf_|api_org_",
+    "twitter-bearer": "a" * 22,
+    "lob-key": "live_|test_",
+    "plaid-token": "-sandbox-|-development-|-production-",
+    "harness-pat": r"at\.",
+    "mapbox-token": r"k\.",
 }
 
 
 def _provider_rules() -> tuple[_Rule, ...]:
     """One rule per alternative of each provider token pattern. Python's regex engine scans fast for a literal
     prefix (`AKIA`, `ghp_`) but tries every branch at every position of one big alternation, so each alternative
-    is its own pattern and a leading `\\b` moves into the judgement; an alternative without a literal prefix
-    looks only at lines holding its literal part."""
+    is its own pattern and a leading `\\b` moves into the judgement; a kind without a literal prefix looks only at
+    lines holding its literal part."""
     rules = []
     for kind, pattern in _PROVIDER_TOKENS:
         for alternative in _alternatives(pattern):
             word_start = alternative.startswith(r"\b")
             body = alternative[2:] if word_start else alternative
-            trigger = None if body[0].isalnum() else _UNPREFIXED_TOKEN_TRIGGERS.get(kind)
+            trigger = _TOKEN_TRIGGERS.get(kind)
             rules.append(
                 _Rule(
                     kind,
@@ -953,6 +982,12 @@ _RULES: tuple[_Rule, ...] = (
         _accept_value_below_name,
         _NAME_WORD,
         lines=3,
+    ),
+    _Rule(  # Sidekiq Enterprise/Pro gem credentials: BUNDLE_GEMS__CONTRIBSYS__COM=user:pass, bundle config … contribsys.com
+        "sidekiq-credentials",
+        re.compile(r"(?i)contribsys(?:\.|__)com[\"']?(?:[ \t]*[:=][ \t]*|[ \t]+)[\"']?(?P<value>[a-f0-9]{8}:[a-f0-9]{8})\b"),
+        ("value",),
+        trigger=_trigger("contribsys"),
     ),
     _Rule(  # SoftLayer's SOAP endpoint carries the API key in its path
         KIND_PASSWORD,
