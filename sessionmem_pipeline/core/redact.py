@@ -317,6 +317,15 @@ def _entropy(value: str) -> float:
     return -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
 
 
+def _is_random_identifier(value: str) -> bool:
+    """`zymlopifqy78f5m0nxynj3l_`: random, with letters and digits interleaved as no variable name has them."""
+    switches = sum(1 for a, b in zip(value, value[1:]) if a.isdigit() != b.isdigit() and a.isalnum() and b.isalnum())
+    return switches >= _RANDOM_SWITCHES and _looks_random(value)
+
+
+_RANDOM_SWITCHES = 4  # letter-digit switches: `s3_client`, `refresh_token_v2`, `sha256_hex` have one or two
+
+
 def _looks_like_credential(value: str) -> bool:
     """A value that could be a key or token (not a word, label, regex or template): for names like `token`,
     `secret`, `api_key`, where code is full of non-secret values (`end_token = '}'`, `token = r"[a-z]+"`)."""
@@ -612,6 +621,15 @@ def _accept_value_below_name(m: re.Match[str]) -> bool:
     return _looks_like_credential(value) and not _looks_like_code(value, "")
 
 
+def _accept_name_value_pair(m: re.Match[str]) -> bool:
+    """A `name:`/`value:` pair: judged as the value of that name."""
+    name, value = m.group("name") or m.group("json_name"), m.group("value") or m.group("json_value")
+    strength = _name_strength(name)
+    if strength == _NONE or _is_excluded_value(value) or _names_a_secret(value, name):
+        return False
+    return _is_named_credential(name, value) if strength == _STRONG else _looks_random(value)
+
+
 def _accept_docker_auth(m: re.Match[str]) -> bool:
     """A Docker config `"auth"` is base64 of `user:password`; other `auth` fields are left alone."""
     try:
@@ -632,6 +650,17 @@ def _accept_prose_password(m: re.Match[str]) -> bool:
         return False
     has_letter = any(c.isalpha() for c in value)
     return has_letter and (any(c.isdigit() for c in value) or any(c in _PROSE_SYMBOLS for c in value[:-1]))
+
+
+def _accept_prose_token(m: re.Match[str]) -> bool:
+    """`the Zendesk API token is fCh95aMw…`: a value as random as a key (`the token is expired` is a sentence)."""
+    value = m.group("value")
+    if _is_excluded_value(value):
+        return False
+    return _looks_random(value) or (len(value) >= _PROSE_HEX_LONGEST and bool(_HEX_OR_UUID.match(value)))
+
+
+_PROSE_HEX_LONGEST = 32  # a hex token named in prose; shorter hex reads as an id or a short hash
 
 
 _ANNOTATED = re.compile(r"[A-Za-z_][\w.\[\]|, ]{0,80}?[ \t]=")  # `password: str = Field(...)`: Python, not YAML
@@ -696,8 +725,8 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         if value.isdigit() and len(value) < 6:
             return False  # ports, counts, lifetimes
         following = m.string[m.end() : m.end() + 1]
-        if _looks_like_code(value, following) and not _is_yaml_literal(m):
-            return False
+        if _looks_like_code(value, following) and not _is_yaml_literal(m) and not _is_random_identifier(value):
+            return False  # a variable (`refresh_token_v2`), unless it is as random as a key: `kucoinToken = x7k2_p9q…`
     if strength == _WEAK:
         return "/" not in value and _looks_random(value)  # not `key = "datasets/2019/part-0.parquet"`
     if _is_password_name(name) and (group == "v_bare" or env_style):
@@ -961,6 +990,58 @@ _RULES: tuple[_Rule, ...] = (
         ("value",),
         _accept_prose_password,
         _NAME_WORD,
+    ),
+    _Rule(  # the Zendesk API token is fCh95aMw… (`key: …` and `key = …` are assignments, judged above)
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)\b(?:token|secret|api[ _-]?key|access[ _-]?key|secret[ _-]?key|key)\b"
+            r"(?:[ \t]+(?:for|of|to|on)[ \t]+[^\n:=]{1,40}?[ \t]+(?:is|was)|[ \t]+(?:is|was)(?:[ \t]+now)?)"
+            r"[ \t]+[\"'`]?"
+            r"(?P<value>[A-Za-z0-9+/=_.~-]{15,400}[A-Za-z0-9=_~-])"
+        ),
+        ("value",),
+        _accept_prose_token,
+        _NAME_WORD,
+    ),
+    _Rule(  # a table row: `| ALGOLIA_API_KEY | <value> |`, `| beamer | api key | <value> |`
+        KIND_PASSWORD,
+        re.compile(r"\|[ \t]*(?P<name>[A-Za-z_][\w .-]{0,60}?)[ \t]*\|[ \t]*`?(?P<value>[^\s|`]{8,400})`?[ \t]*\|"),
+        ("value",),
+        _accept_named_value,
+        _NAME_WORD,
+    ),
+    _Rule(  # Kubernetes env `- name: API_TOKEN` / `value: …` on the next line; ECS `{"name": "API_TOKEN", "value": "…"}`
+        KIND_PASSWORD,
+        re.compile(
+            r"(?m)^[ \t]*(?:-[ \t]+)?name:[ \t]*[\"']?(?P<name>[A-Za-z_][\w.-]{0,80})[\"']?[ \t]*\n"
+            r"[ \t]*value:[ \t]*(?P<q>[\"']?)(?P<value>[^\s\"'#]{1,400})(?P=q)[ \t]*$"
+            r"|[\"']name[\"'][ \t]*:[ \t]*[\"'](?P<json_name>[A-Za-z_][\w.-]{0,80})[\"'][ \t]*,[ \t]*"
+            r"[\"']value[\"'][ \t]*:[ \t]*[\"'](?P<json_value>[^\"'\n]{1,400})[\"']"
+        ),
+        ("value", "json_value"),
+        _accept_name_value_pair,
+        _NAME_WORD,
+        lines=2,
+    ),
+    _Rule(  # Terraform: variable "finicity_client_secret" { … default = "…" }
+        KIND_PASSWORD,
+        re.compile(r"\bvariable[ \t]+\"(?P<name>[\w-]{1,80})\"[ \t]*\{[^}]{0,300}?\bdefault[ \t]*=[ \t]*\"(?P<value>[^\"\n]{1,400})\""),
+        ("value",),
+        _accept_named_value,
+        _NAME_WORD,
+        lines=8,
+    ),
+    _Rule(  # gh secret set NAME --body VALUE; echo -n VALUE | gh secret set NAME (or docker login --password-stdin)
+        KIND_PASSWORD,
+        re.compile(
+            r"\b(?:gh|glab)[ \t]+secret[ \t]+set\b[^\n|;&<]{0,200}?[ \t](?:--body|-b)(?:[ \t]+|=)" + _SHELL_WORD
+            + r"|\b(?:echo|printf)(?:[ \t]+-[neE]{1,3})?[ \t]+"
+            + _SHELL_WORD.replace("?P<dq>", "?P<pdq>").replace("?P<sq>", "?P<psq>").replace("?P<bare>", "?P<pbare>")
+            + r"[ \t]*\|[ \t]*[^\n|;&]{0,80}?(?:secret[ \t]+(?:set|create)\b|--password-stdin|--with-token)"
+        ),
+        ("dq", "sq", "bare", "pdq", "psq", "pbare"),
+        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare", "pdq", "psq", "pbare")),
+        _trigger("secret|password-stdin|with-token"),
     ),
     _Rule(  # YAML: `password: Harbor Lights 2019!`, a phrase up to the end of its line
         KIND_PASSWORD,
