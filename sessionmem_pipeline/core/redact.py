@@ -621,6 +621,14 @@ def _accept_value_below_name(m: re.Match[str]) -> bool:
     return _looks_like_credential(value) and not _looks_like_code(value, "")
 
 
+def _accept_spaced_value(m: re.Match[str]) -> bool:
+    """`softlayer-api-key <value>`: only under a strong name and for a value as random as a key or a long hex."""
+    name, value = m.group("name"), m.group("value")
+    if _name_strength(name) != _STRONG or _is_excluded_value(value) or _names_a_secret(value, name):
+        return False
+    return _looks_like_key(value)
+
+
 def _accept_name_value_pair(m: re.Match[str]) -> bool:
     """A `name:`/`value:` pair: judged as the value of that name."""
     name, value = m.group("name") or m.group("json_name"), m.group("value") or m.group("json_value")
@@ -657,10 +665,15 @@ def _accept_prose_token(m: re.Match[str]) -> bool:
     value = m.group("value")
     if _is_excluded_value(value):
         return False
-    return _looks_random(value) or (len(value) >= _PROSE_HEX_LONGEST and bool(_HEX_OR_UUID.match(value)))
+    return _looks_like_key(value)
 
 
-_PROSE_HEX_LONGEST = 32  # a hex token named in prose; shorter hex reads as an id or a short hash
+def _looks_like_key(value: str) -> bool:
+    """As random as a key, or a long hex key (shorter hex reads as an id or a short hash)."""
+    return _looks_random(value) or (len(value) >= _HEX_KEY_SHORTEST and bool(_HEX_OR_UUID.match(value)))
+
+
+_HEX_KEY_SHORTEST = 32
 
 
 _ANNOTATED = re.compile(r"[A-Za-z_][\w.\[\]|, ]{0,80}?[ \t]=")  # `password: str = Field(...)`: Python, not YAML
@@ -1001,6 +1014,16 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_prose_token,
+        _NAME_WORD,
+    ),
+    _Rule(  # a config line `cloudant_password   <value>`: a joined name, blanks, a key-like value, nothing after
+        KIND_PASSWORD,
+        re.compile(
+            r"(?m)^[ \t]*(?P<name>[A-Za-z][A-Za-z0-9]{0,40}(?:[_-][A-Za-z0-9]{1,40}){1,6})[ \t]+"
+            r"[\"']?(?P<value>[A-Za-z0-9+/=_.~-]{16,400})[\"']?[ \t]*$"
+        ),
+        ("value",),
+        _accept_spaced_value,
         _NAME_WORD,
     ),
     _Rule(  # a table row: `| ALGOLIA_API_KEY | <value> |`, `| beamer | api key | <value> |`
