@@ -286,7 +286,7 @@ def test_benchmark_reports_both_halves() -> None:
     assert report["clean_lines"] + tuning["clean_lines"] >= 200
     assert tuning["catch_rate"] == 1.0, tuning["misses"]
     assert tuning["clean_altered"] == 0, tuning["false_positives"]
-    assert report["catch_rate"] >= 0.871  # floor against regressions (version 5 measured 270/310 on report2); target 0.99
+    assert report["catch_rate"] >= 0.87  # floor against regressions (version 5 measured 270/310 on report2); target 0.99
     assert report["false_positive_rate"] <= 0.026  # versions 4 and 5 measured 7/272 on report2; the target is 0.01
 
 
