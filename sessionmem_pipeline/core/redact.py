@@ -1,20 +1,23 @@
 """Secret redaction: find credentials in text and replace them with typed placeholders (`[REDACTED:aws-key]`).
 
-Runs once, in the transform stage before chunking, so chunks, embeddings, topics, summaries and every output are
-built from redacted text (ARCHITECTURE.md). Two kinds of evidence are used:
+Runs once, at ingest (core/sanitize.py), before anything is stored, so chunks, embeddings, topics, summaries and every
+output are built from redacted text; collapsing and chunking do not redact again. Two kinds of evidence are used:
 
 - shape: provider keys with a recognisable prefix (AKIA…, sk-…, sk-ant-…, ghp_…, glpat-…, npm_…, xoxb-…,
-  sk_test_…, AIza…, SG.…, hvs.…, dop_v1_…, dckr_pat_… and some fifty more, formats as published by the gitleaks
-  and detect-secrets scanners), Telegram and Discord bot tokens, webhook URLs, Azure SAS signatures, PEM
-  private-key blocks and JWTs are redacted wherever they appear;
+  sk_test_…, AIza…, SG.…, hvs.…, dop_v1_…, dckr_pat_…, v1.0-…, AKCp…, A3-…, ntn_… and some seventy more,
+  formats as published by the gitleaks and detect-secrets scanners), Telegram and Discord bot tokens, webhook
+  URLs, Azure SAS signatures, PEM private-key blocks and JWTs are redacted wherever they appear;
 - context: a value assigned to a secret-like name (`DB_PASSWORD=…`, `"api_key": "…"`, `--token …`,
   `<password>…</password>`, `db_password: str = "…"`, a YAML phrase `password: Harbor Lights 2019!`,
-  `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`), a password inside a URL
+  `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`, make's `API_TOKEN ?= "…"`, Go's
+  `var apiToken string = "…"`, a YAML block or XML element holding it on the next line, a Kubernetes or ECS
+  `name:`/`value:` pair, a Terraform variable's default, a table row `| API_KEY | … |`, a config line
+  `cloudant_password  …`, `gh secret set NAME --body …`, `echo … | gh secret set`), a password inside a URL
   (`scheme://user:PASS@host`, user and host kept), an `Authorization:` header, `curl -u user:PASS` (quoted too),
   `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`,
   `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
-  account SID, `X-…-Token:` headers, and a password written in prose (`the password is Kestrel-4471`, judged by
-  the value: letters with digits or symbols).
+  account SID, `X-…-Token:` headers, and a password or token written in prose (`the password is Kestrel-4471`,
+  judged by the value: letters with digits or symbols; `the API token is fCh95aMw…`: as random as a key).
   These are all typed `password`, except AWS
   secret access keys (`aws-key`): the placeholder says "a credential was here", the name beside it says which.
 
@@ -25,13 +28,14 @@ password), `<your-api-key>`, a stored hash (`{SSHA}…`, `pbkdf2_sha256$…`), a
 names (`cache_key`, `sort_key`) only count when the value looks random. Known blind spots, on purpose: a bare
 lowercase word assigned in code (`password = hunter`) reads as a variable, and a literal word `password` as an
 assigned value reads as a placeholder; in a URL's or `curl -u`'s password slot it is redacted, unless it equals
-the user (`guest:guest`, a default).
+the user (`guest:guest`, a default); a hex value under a generic `*_key` name (`cl_key => <64 hex>`) reads as a
+digest; a vendor's name alone (`cloudflare: "<hex>"`) does not name a credential.
 
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
 `npm_XXXX…`, `rdme_XXXX_XXXX`), typed-out alphabets (`AIzaSyabcdef…`, character-set constants), `<your-token>`.
 Every pattern has bounded repetition, so a huge line costs linear time; and a huge text costs a few fast scans:
 provider tokens are searched one literal prefix at a time, and every context rule looks only at the lines holding
-its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message of prose redacts in about 2 s.
+its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message of prose redacts in about 3 s.
 
 Redacting is idempotent: a placeholder is never matched again, so redacting twice equals redacting once.
 """
