@@ -710,9 +710,9 @@ def _summary(
 
 
 def parse_transcript(path: str, data: bytes, *, session_id: str | None = None) -> ParsedSession:
-    """One session of a transcript file's bytes (any supported format), sanitized as at ingest (private spans out,
-    secrets redacted): `session_id`, else the file's last session (the one still going). Raises ValueError naming
-    the file when there is none to compact."""
+    """One session of a transcript file's bytes (any supported format): `session_id`, else the file's last session
+    (the one still going), sanitized as ingest stores it (core/sanitize.py), so the messages kept verbatim carry no
+    secret or private span either. Raises ValueError naming the file when there is none to compact."""
     result = parse_file(path, os.path.dirname(path) or ".", data, final=True)
     sessions = [s for s in result.sessions if s.messages]
     if session_id is not None:
