@@ -77,9 +77,10 @@ COLLAPSE = Stage("collapse", 4, upstream="ingest")
 """2: OpenCode's filePath/oldString/newString, no empty file names; 3: Codex `shell_command` calls read as shell
 commands; 4: no second redaction (messages come redacted from ingest)."""
 CHUNK = Stage(
-    "chunk", 3, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
+    "chunk", 4, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
     uses_llm=True,
 )
+"""4: parts of a huge message start at the length the window ratio of the part before predicts."""
 EMBED = Stage("embed", 2, upstream="chunk", uses_embedder=True)
 SUMMARIZE = Stage("summarize", 2, upstream="collapse", uses_embedder=True, uses_llm=True)
 THREADS = Stage("threads", 1, upstream="summarize", per_session=False)
