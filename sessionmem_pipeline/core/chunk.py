@@ -505,29 +505,27 @@ class _PartSizer:
         self.limits, self.label, self.budget = limits, label, budget
         window = limits.window
         self.label_window_tokens = window.count_tokens(label) if window else 0
+        self.room = window.max_tokens - self.label_window_tokens if window else 0  # window tokens left for a part
         self.ratio: float | None = None  # window tokens per cl100k token of the last part that fit
 
     def first_try(self) -> int:
-        window = self.limits.window
-        if window is None or self.ratio is None:
+        if self.limits.window is None or self.ratio is None:
             return self.budget
-        room = window.max_tokens - self.label_window_tokens
-        return max(1, min(self.budget, math.floor(room / self.ratio)))
+        return max(1, min(self.budget, math.floor(self.room / self.ratio)))
 
     def shrink(self, block: _TokenBlock, first: int, stop: int, piece: str) -> int | None:
         """None if the part fits; else how many tokens to try next (fewer than it has)."""
         tokens = stop - first
-        if block.ends_inside_character(stop) and self.limits.token_counter(self.label + piece) > self.limits.max_tokens:
+        limits = self.limits
+        if block.ends_inside_character(stop) and limits.token_counter(self.label + piece) > limits.max_tokens:
             return tokens - 1
-        window = self.limits.window
-        if window is None:
+        if limits.window is None:
             return None
-        own_tokens = window.count_tokens(self.label + piece) - self.label_window_tokens
-        room = window.max_tokens - self.label_window_tokens
-        if own_tokens <= room:
+        own_tokens = limits.window.count_tokens(self.label + piece) - self.label_window_tokens
+        if own_tokens <= self.room:
             self.ratio = max(own_tokens, 1) / max(tokens, 1)
             return None
-        return min(tokens - 1, math.floor(tokens * room / own_tokens))
+        return min(tokens - 1, math.floor(tokens * self.room / own_tokens))
 
 
 class _TokenBlock:
