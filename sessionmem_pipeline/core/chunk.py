@@ -12,7 +12,9 @@ One chunk is one exchange: a user message and the replies that follow it, each m
   for a single "word" such as a base64 blob); each later part repeats the end of the part before (about
   15% of the limit, whole sentences where they fit), and every chunk holding such a part is `continued`.
   A message over `_HUGE_MESSAGE_CHARS` (a pasted log of megabytes) is cut by cl100k token offsets, counted
-  once per block of text, and each part ends at the strongest boundary near its end (no fitting by trial).
+  once per block of text, and each part ends at the strongest boundary near its end (no fitting by trial);
+  each part starts at the length the embedder's window allows at the ratio of the part before, so the
+  window counts most parts once.
 - **Leading assistant text** (a session that starts with the assistant, or replies after a compaction
   summary with no new user message) forms an exchange of its own. Consecutive user messages belong to one
   exchange: the replies that follow answer them together.
