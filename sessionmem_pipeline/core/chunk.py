@@ -553,13 +553,16 @@ class _TokenBlock:
 
     def best_cut(self, first: int, stop: int) -> int:
         """The token to end before: the strongest boundary in the last 30 % of tokens first..stop, the latest."""
+        lowest = max(first + 1, stop - (stop - first) * 3 // 10)
+        stretch = self.data[max(0, self.offset(lowest) - 2) : self.offset(stop) + 1]
+        strongest = _PARAGRAPH_CUT if b"\n\n" in stretch else _LINE_CUT if b"\n" in stretch else _SENTENCE_CUT
         best, best_strength = stop, -1
-        for index in range(stop, max(first + 1, stop - (stop - first) * 3 // 10) - 1, -1):
+        for index in range(stop, lowest - 1, -1):
             strength = _cut_strength(self.data, self.offset(index))
             if strength > best_strength:
                 best, best_strength = index, strength
-                if strength == _PARAGRAPH_CUT:
-                    break  # nothing is stronger, and nothing later is as strong
+                if strength >= strongest:
+                    break  # no earlier candidate is stronger, and the latest of the strongest wins
         return best
 
     def overlap_start(self, first: int, stop: int, overlap: int) -> int:
@@ -568,7 +571,7 @@ class _TokenBlock:
         return next((index for index in starts if _cut_strength(self.data, self.offset(index)) > 0), stop)
 
 
-_PARAGRAPH_CUT = 4
+_PARAGRAPH_CUT, _LINE_CUT, _SENTENCE_CUT = 4, 3, 2
 
 
 def _cut_strength(data: bytes, position: int) -> int:
@@ -577,9 +580,9 @@ def _cut_strength(data: bytes, position: int) -> int:
     if before == b"\n\n" or (before.endswith(b"\n") and after == b"\n"):
         return _PARAGRAPH_CUT
     if before.endswith(b"\n") or after == b"\n":
-        return 3
+        return _LINE_CUT
     if before[:1] in (b".", b"!", b"?") and before.endswith((b" ", b"\t")):
-        return 2
+        return _SENTENCE_CUT
     return 1 if before.endswith((b" ", b"\t")) or after in (b" ", b"\t") else 0
 
 
