@@ -554,7 +554,7 @@ def test_a_30_mb_message_goes_from_file_to_chunks_under_a_cpu_time_limit() -> No
     """Parse, sanitize (the only redaction pass), collapse and chunk a 30 MB single message in a process that the
     kernel stops after `CPU_SECONDS` of CPU time (RLIMIT_CPU, inherited by the benchmark's measuring process): a
     bound on work, not a wall-clock timing. Memory stays a small multiple of the message."""
-    cpu_seconds = 240  # measured about 30 s (chunking dominates); generous for a loaded machine
+    cpu_seconds = 240  # measured about 15 s (chunking dominates); generous for a loaded machine
 
     def limit_cpu() -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
