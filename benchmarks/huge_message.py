@@ -5,9 +5,10 @@
 For each size (MB) a generic transcript holds a short question and one assistant reply of that size (numbered
 sentences in paragraphs, with code lines: text the chunker must cut at boundaries). Each size runs in a fresh
 process and reports the CPU seconds (not wall time: on a shared machine it is the honest number) of parsing and
-validation (`inspect_file`), redaction at ingest (`redact_session`), collapsing (`collapse_messages`, which
-redacts its narrative again) and chunking with the offline embedder's window (`chunk_session`), the chunks kept (the
-cap is `chunking.max_chunks`, 2,000), and the process's peak memory above what it held before reading the file.
+validation (`inspect_file`), sanitizing at ingest (`sanitize_session`: private spans out, secrets redacted; the
+only redaction pass), collapsing (`collapse_messages`) and chunking with the offline embedder's window
+(`chunk_session`), the chunks kept (the cap is `chunking.max_chunks`, 2,000), and the process's peak memory above
+what it held before reading the file.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import json, resource, sys, time
 from sessionmem_pipeline.core.chunk import chunk_session
 from sessionmem_pipeline.core.collapse import collapse_messages
 from sessionmem_pipeline.core.formats import inspect_file
-from sessionmem_pipeline.core.sanitize import redact_session
+from sessionmem_pipeline.core.sanitize import sanitize_session
 from sessionmem_pipeline.providers.embedders import LocalMiniLMEmbedder
 from sessionmem_pipeline.stages.embed import chunk_limits
 
@@ -50,7 +51,7 @@ report, parsed = inspect_file("/data/p/huge.jsonl", "/data", data, final=True)
 seconds["parse"] = time.process_time() - started
 del data
 started = time.process_time()
-session = redact_session(parsed.sessions[0])
+session = sanitize_session(parsed.sessions[0])
 seconds["redact"] = time.process_time() - started
 del parsed
 started = time.process_time()

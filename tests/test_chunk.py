@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import resource
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from importlib import resources
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,6 +31,8 @@ from sessionmem_pipeline.core.chunk import (
 )
 from sessionmem_pipeline.core.models import CollapsedMessage, ToolRecord
 from sessionmem_pipeline.core.tokens import count_tokens, truncate_to_tokens
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SESSION = "7f3c2a10-5b1e-4c55-9a0e-2f1d9b8c7e61"
 START = datetime(2026, 2, 5, 10, 30, tzinfo=timezone.utc)
@@ -540,3 +547,22 @@ def test_a_30_mb_message_chunks_with_memory_bounded_by_a_small_multiple_of_its_s
     assert len(result.chunks) == 2000 and result.chunks[-1].chunk_index > 50_000
     assert peak < 4 * len(text)  # the parts themselves take about 1.2 times the text
     assert result.chunks[-1].content.endswith(text.strip()[-60:])  # the most recent part is kept
+
+
+@pytest.mark.slow
+def test_a_30_mb_message_goes_from_file_to_chunks_under_a_cpu_time_limit() -> None:
+    """Parse, sanitize (the only redaction pass), collapse and chunk a 30 MB single message in a process that the
+    kernel stops after `CPU_SECONDS` of CPU time (RLIMIT_CPU, inherited by the benchmark's measuring process): a
+    bound on work, not a wall-clock timing. Memory stays a small multiple of the message."""
+    cpu_seconds = 240  # measured about 15 s (chunking dominates); generous for a loaded machine
+
+    def limit_cpu() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "huge_message.py"), "--sizes", "30", "--json"],
+        capture_output=True, text=True, check=True, cwd=ROOT, preexec_fn=limit_cpu,
+    )
+    (row,) = json.loads(done.stdout)
+    assert row["chunks"] == 2000 and row["last_index"] > 50_000
+    assert row["peak_mb"] < 4 * 30  # above the 30 MB text the process already holds

@@ -27,6 +27,7 @@ from sessionmem_pipeline.core.models import (
     Message,
     ToolCall,
 )
+from sessionmem_pipeline.core.sanitize import sanitize_message
 
 CWD = "/home/dev/shop"
 
@@ -501,12 +502,9 @@ def test_a_call_without_result_says_it_was_interrupted(call: ToolCall, line: str
     assert record.line == line and record.files == ()
 
 
-def test_redaction_applies_to_tool_lines_before_clipping() -> None:
-    command = "AWS_ACCESS_KEY_ID=AKIAFAKE7Q2MZKD4RW6N aws s3 ls s3://shop-assets " + "--recursive " * 20
-    record = collapse_tool_call(ToolCall("Bash", {"command": command}, "ok"))
-    assert "[REDACTED:aws-key]" in record.line and "AKIAFAKE7Q2MZKD4RW6N" not in record.line
-    assert "AKIAFAKE7Q2MZKD4RW6N" not in (record.command or "")
-    long_secret_edit = ToolCall(
+def test_a_clipped_line_never_cuts_a_placeholder_in_half() -> None:
+    """Messages arrive sanitized at ingest: collapsing keeps their placeholders whole when it clips."""
+    edit = ToolCall(
         "Edit",
         {
             "file_path": ".env",
@@ -515,7 +513,19 @@ def test_redaction_applies_to_tool_lines_before_clipping() -> None:
         },
         "ok",
     )
-    assert "ghp_" not in collapse_tool_call(long_secret_edit).line  # cut after redaction, never mid-key
+    line = collapse_messages([sanitize_message(message(0, "assistant", tool_calls=(edit,)))])[0].text
+    assert "ghp_" not in line and "[REDACTED:github" not in line.replace("[REDACTED:github-token]", "")
+
+
+def test_collapsing_sanitized_messages_redacts_nothing_again() -> None:
+    """Redaction happens once, at ingest (core/sanitize.py): tool lines, text and thinking show it as it was."""
+    command = "AWS_ACCESS_KEY_ID=AKIAFAKE7Q2MZKD4RW6N aws s3 ls s3://shop-assets --recursive"
+    call = ToolCall("Bash", {"command": command}, "ok")
+    raw = message(0, "assistant", "Done.", tool_calls=(call,), thinking="The key is AKIAFAKE7Q2MZKD4RW6N.")
+    (collapsed,) = collapse_messages([sanitize_message(raw)])
+    assert collapsed.text == "Done.\nRan `AWS_ACCESS_KEY_ID=[REDACTED:aws-key] aws s3 ls s3://shop-assets --recursive` (exit 0)."
+    assert collapsed.thinking == "The key is [REDACTED:aws-key]."
+    assert collapsed.tools[0].command == "AWS_ACCESS_KEY_ID=[REDACTED:aws-key] aws s3 ls s3://shop-assets --recursive"
 
 
 @pytest.mark.parametrize(
@@ -733,7 +743,7 @@ SESSION = [
     ),
     message(4, "assistant", "", tool_calls=(ToolCall("status", {}, "idle"),)),
     message(5, "assistant", "", thinking="All green now."),
-    message(6, "assistant", "Fixed: the total now multiplies by quantity. DB is postgres://app:Hunt3r-2@db/shop."),
+    message(6, "assistant", "Fixed: the total now multiplies by quantity. DB is postgres://db/shop."),
 ]
 
 
@@ -749,19 +759,12 @@ def test_messages_become_narrative_with_tool_lines_in_order() -> None:
     assert collapsed[1].timestamp == SESSION[1].timestamp and collapsed[1].seq == 1
 
 
-def test_thinking_is_kept_apart_and_redacted() -> None:
-    collapsed = collapse_messages(
-        [message(0, "assistant", "Done.", thinking="The key is AKIAFAKE7Q2MZKD4RW6N, hide it.")]
-    )
+def test_thinking_is_kept_apart() -> None:
+    collapsed = collapse_messages([message(0, "assistant", "Done.", thinking="The key is in the vault, hide it.")])
     assert collapsed[0].text == "Done."
-    assert collapsed[0].thinking == "The key is [REDACTED:aws-key], hide it."
+    assert collapsed[0].thinking == "The key is in the vault, hide it."
     thinking_only = collapse_messages([SESSION[5]])
     assert thinking_only[0].text == "" and thinking_only[0].thinking == "All green now."
-
-
-def test_message_text_is_redacted() -> None:
-    (last,) = collapse_messages([SESSION[6]])
-    assert last.text == "Fixed: the total now multiplies by quantity. DB is postgres://app:[REDACTED:password]@db/shop."
 
 
 def test_speakers_resolve_from_message_then_mapping_then_defaults() -> None:

@@ -282,7 +282,6 @@ def test_a_model_summary_is_used_when_it_fits(openai_server: OpenAICompatibleSer
              "key_decisions": ["Raise ValueError on negative quantities."]}
     openai_server.enqueue(CHAT, Reply.chat(json.dumps(reply)))
     messages = long_session()
-    messages[1] = message(1, "user", f"Step 0: the staging key is {SECRET}.")
 
     result = compact(messages, SummarizationConfig(preserve_recent=6), llm=chat_model(openai_server))
 
@@ -293,7 +292,7 @@ def test_a_model_summary_is_used_when_it_fits(openai_server: OpenAICompatibleSer
     (request,) = openai_server.requests_to(CHAT)
     system, user = (m["content"] for m in request.body["messages"])
     assert "What the user was trying to accomplish" in system
-    assert "Step 0:" in user and SECRET not in request.raw.decode()
+    assert "Step 0:" in user
 
 
 @pytest.mark.parametrize(
@@ -324,6 +323,22 @@ def test_parse_transcript_picks_the_session_and_names_missing_ones() -> None:
     assert session.session_id == "3f6c2b9e-71d4-4a8e-b5c0-9e2d7a41f863" and len(session.messages) == 16
     with pytest.raises(ValueError, match="no session 'nope'"):
         parse_transcript(str(WEBSHOP), WEBSHOP.read_bytes(), session_id="nope")
+
+
+def test_a_transcript_file_is_sanitized_as_it_is_read(tmp_path: Path) -> None:
+    """Compaction reads a live file, not the warehouse: it redacts as ingest does, so neither its output nor a
+    configured model ever sees a secret."""
+    lines = [
+        {"role": "user", "content": f"Use the staging key {SECRET} <private>and my home address</private>.",
+         "timestamp": "2026-03-02T10:00:00Z"},
+        {"role": "assistant", "content": "Done.", "timestamp": "2026-03-02T10:01:00Z"},
+    ]
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    first = parse_transcript(str(path), path.read_bytes()).messages[0]
+
+    assert SECRET not in first.text and "[REDACTED:openai-key]" in first.text and "home address" not in first.text
 
 
 def test_the_stats_box_of_a_shipped_sample() -> None:

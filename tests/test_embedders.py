@@ -11,6 +11,7 @@ from sessionmem_pipeline.providers.embedders import (
     EmbeddingError,
     LocalMiniLMEmbedder,
     OpenAIEmbedder,
+    _counting_tokenizer,
     build_embedder,
     length_sorted_batches,
 )
@@ -110,6 +111,19 @@ def test_minilm_keeps_input_order_and_batching_does_not_change_vectors(minilm: L
 def test_minilm_counts_word_pieces_with_cls_and_sep(minilm: LocalMiniLMEmbedder) -> None:
     assert minilm.count_model_tokens("Hello world") == 4
     assert minilm.count_model_tokens("") == 2
+
+
+def test_minilm_counts_a_text_as_encoding_it_whole_does(minilm: LocalMiniLMEmbedder) -> None:
+    """The count is summed over cached words; control characters, other whitespace, accents, CJK and runs
+    longer than a word piece's limit must not make the sum differ from encoding the text at once."""
+    alphabet = "ab cdé\u0301\t\n\r\x0b\x0c\x85\xa0\u2028\u3000検索😀İ.,!?\x00\ufffd\x1f-_/\\'\"ÀÉß\u200b\ufeffxxxx"
+    generator = np.random.default_rng(7)
+    texts = ["".join(generator.choice(list(alphabet), size=int(generator.integers(0, 60)))) for _ in range(3000)]
+    texts += ["a" * 150 + " " + "b" * 99 + " " + "c" * 101, ("abc" * 30 + ".") * 3, "Step w12 (retry=3)\n\n  done."]
+
+    whole = [len(encoding.ids) for encoding in _counting_tokenizer().encode_batch(texts)]
+
+    assert [minilm.count_model_tokens(text) for text in texts] == whole
 
 
 def test_embed_rejects_a_bare_string(minilm: LocalMiniLMEmbedder) -> None:

@@ -12,7 +12,9 @@ One chunk is one exchange: a user message and the replies that follow it, each m
   for a single "word" such as a base64 blob); each later part repeats the end of the part before (about
   15% of the limit, whole sentences where they fit), and every chunk holding such a part is `continued`.
   A message over `_HUGE_MESSAGE_CHARS` (a pasted log of megabytes) is cut by cl100k token offsets, counted
-  once per block of text, and each part ends at the strongest boundary near its end (no fitting by trial).
+  once per block of text, and each part ends at the strongest boundary near its end (no fitting by trial);
+  each part starts at the length the embedder's window allows at the ratio of the part before, so the
+  window counts most parts once.
 - **Leading assistant text** (a session that starts with the assistant, or replies after a compaction
   summary with no new user message) forms an exchange of its own. Consecutive user messages belong to one
   exchange: the replies that follow answer them together.
@@ -464,30 +466,68 @@ def _token_pieces(message: CollapsedMessage, limits: _Limits) -> Iterator[str]:
     """Parts of a huge message: about `max_tokens` each by cl100k offsets, ending at the strongest boundary
     in their last stretch, each later part repeating the end of the one before (as `_pack_atoms` does)."""
     text, label = message.text, f"{message.speaker}: "
-    budget = limits.max_tokens - count_tokens(label) - 1
+    budget = limits.max_tokens - count_tokens(label) - 1  # the 1: the seam of label and part may count one more
     overlap = int(limits.max_tokens * _TEXT_OVERLAP_FRACTION)
     block_chars = max(_HUGE_BLOCK_CHARS, 2 * budget * _MAX_TOKEN_BYTES)  # so a block holds more than one part
+    sizer = _PartSizer(limits, label, budget)
     start = 0
     while start < len(text):
         block = _TokenBlock(text[start : start + block_chars])
         final = start + block_chars >= len(text)
         first, count = 0, len(block.ends)
         while first < count:
-            stop = min(first + budget, count)
+            stop = min(first + sizer.first_try(), count)
             if stop == count and not final:
                 break  # the rest is read again with the next block
             if stop < count:
                 stop = block.best_cut(first, stop)
             piece = block.piece(first, stop)
-            while not limits.fit(label + piece):  # the embedder's window is smaller, or the seam counts more
-                if stop - first <= 1:
+            while (smaller := sizer.shrink(block, first, stop, piece)) is not None:
+                if smaller < 1:
                     raise ValueError(f"max_tokens is too small to hold one token after the speaker label {label!r}")
-                stop = first + (stop - first) * 3 // 4
+                stop = block.best_cut(first, first + smaller)
                 piece = block.piece(first, stop)
             if piece:
                 yield piece
             first = count if stop == count else block.overlap_start(first, stop, overlap)
         start += len(block.data[: block.offset(first)].decode("utf-8"))
+
+
+class _PartSizer:
+    """How many cl100k tokens a part of a huge message gets, so that most parts are counted only once.
+
+    A part cut at token offsets holds as many cl100k tokens as it spans (the budget keeps a token of slack
+    for the seam after the label); only a part whose end moved into a following token, inside a multi-byte
+    character, is counted again. The embedder's window counts in its own tokens: each part starts at the
+    length that the window tokens per cl100k token of the part before predicts (a function of the text up
+    to it, so parts stay stable), and a part that still does not fit shrinks by its own ratio.
+    """
+
+    def __init__(self, limits: _Limits, label: str, budget: int) -> None:
+        self.limits, self.label, self.budget = limits, label, budget
+        window = limits.window
+        self.label_window_tokens = window.count_tokens(label) if window else 0
+        self.room = window.max_tokens - self.label_window_tokens if window else 0  # window tokens left for a part
+        self.ratio: float | None = None  # window tokens per cl100k token of the last part that fit
+
+    def first_try(self) -> int:
+        if self.limits.window is None or self.ratio is None:
+            return self.budget
+        return max(1, min(self.budget, math.floor(self.room / self.ratio)))
+
+    def shrink(self, block: _TokenBlock, first: int, stop: int, piece: str) -> int | None:
+        """None if the part fits; else how many tokens to try next (fewer than it has)."""
+        tokens = stop - first
+        limits = self.limits
+        if block.ends_inside_character(stop) and limits.token_counter(self.label + piece) > limits.max_tokens:
+            return tokens - 1
+        if limits.window is None:
+            return None
+        own_tokens = limits.window.count_tokens(self.label + piece) - self.label_window_tokens
+        if own_tokens <= self.room:
+            self.ratio = max(own_tokens, 1) / max(tokens, 1)
+            return None
+        return min(tokens - 1, math.floor(tokens * self.room / own_tokens))
 
 
 class _TokenBlock:
@@ -504,13 +544,26 @@ class _TokenBlock:
             position += 1
         return position
 
+    def ends_inside_character(self, stop: int) -> bool:
+        """Whether a part ending before token `stop` takes the rest of a character from the token after it."""
+        return stop > 0 and self.offset(stop) != self.ends[stop - 1]
+
     def piece(self, first: int, stop: int) -> str:
         return self.data[self.offset(first) : self.offset(stop)].decode("utf-8").strip()
 
     def best_cut(self, first: int, stop: int) -> int:
         """The token to end before: the strongest boundary in the last 30 % of tokens first..stop, the latest."""
-        candidates = range(max(first + 1, stop - (stop - first) * 3 // 10), stop + 1)
-        return max(candidates, key=lambda index: (_cut_strength(self.data, self.offset(index)), index))
+        lowest = max(first + 1, stop - (stop - first) * 3 // 10)
+        stretch = self.data[max(0, self.offset(lowest) - 2) : self.offset(stop) + 1]
+        strongest = _PARAGRAPH_CUT if b"\n\n" in stretch else _LINE_CUT if b"\n" in stretch else _SENTENCE_CUT
+        best, best_strength = stop, -1
+        for index in range(stop, lowest - 1, -1):
+            strength = _cut_strength(self.data, self.offset(index))
+            if strength > best_strength:
+                best, best_strength = index, strength
+                if strength >= strongest:
+                    break  # no earlier candidate is stronger, and the latest of the strongest wins
+        return best
 
     def overlap_start(self, first: int, stop: int, overlap: int) -> int:
         """Where the next part starts: the earliest word start among the last `overlap` tokens before `stop`."""
@@ -518,15 +571,18 @@ class _TokenBlock:
         return next((index for index in starts if _cut_strength(self.data, self.offset(index)) > 0), stop)
 
 
+_PARAGRAPH_CUT, _LINE_CUT, _SENTENCE_CUT = 4, 3, 2
+
+
 def _cut_strength(data: bytes, position: int) -> int:
     """How good a place `position` is to end a part: 4 paragraph, 3 line, 2 sentence, 1 word, 0 inside a word."""
     before, after = data[max(0, position - 2) : position], data[position : position + 1]
     if before == b"\n\n" or (before.endswith(b"\n") and after == b"\n"):
-        return 4
+        return _PARAGRAPH_CUT
     if before.endswith(b"\n") or after == b"\n":
-        return 3
+        return _LINE_CUT
     if before[:1] in (b".", b"!", b"?") and before.endswith((b" ", b"\t")):
-        return 2
+        return _SENTENCE_CUT
     return 1 if before.endswith((b" ", b"\t")) or after in (b" ", b"\t") else 0
 
 

@@ -8,8 +8,9 @@
 - meta tools (status, TodoWrite, update_plan, EnterPlanMode, done) are minimal or dropped;
 - anything else, MCP tools included, gets an honest generic line with its name and input keys.
 
-Tool outputs are otherwise discarded: that the agent read a file matters, its contents do not. Every line is
-redacted (core/redact.py) before it is clipped, so a clipped line never leaks half a key. The rules are one
+Tool outputs are otherwise discarded: that the agent read a file matters, its contents do not. Messages come in
+sanitized (secrets already redacted at ingest, core/sanitize.py), so collapsing redacts nothing again; a clipped line
+never cuts a redaction placeholder in half. The rules are one
 table (`_RULES`) from lower-cased tool names, Claude Code, Codex and Gemini CLI alike, to a category and a
 formatter.
 """
@@ -35,7 +36,7 @@ from sessionmem_pipeline.core.models import (
     ToolCall,
     ToolRecord,
 )
-from sessionmem_pipeline.core.redact import PLACEHOLDER_RE, redact
+from sessionmem_pipeline.core.redact import PLACEHOLDER_RE
 
 DEFAULT_SPEAKERS: Mapping[str, str] = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 
@@ -50,8 +51,8 @@ RECORDED_COMMAND_CHARS = 500  # a command as kept in ToolRecord.command
 
 
 def _clip(text: str, limit: int) -> str:
-    """Redacted, on one line, at most `limit` characters with … when cut; never cuts a placeholder in half."""
-    text = " ".join(redact(text).split())
+    """On one line, at most `limit` characters with … when cut; never cuts a redaction placeholder in half."""
+    text = " ".join(text.split())
     if len(text) <= limit:
         return text
     cut = limit - 1
@@ -386,7 +387,7 @@ def _apply_patch(call: _Call) -> _Outcome:
 
 
 def _remember(call: _Call) -> _Outcome:
-    abstract = " ".join(redact(call.text("abstract", "content", "text", "memory", "fact", "summary", "note")).split())
+    abstract = " ".join(call.text("abstract", "content", "text", "memory", "fact", "summary", "note").split())
     return _finish(call, f"remember '{abstract}'", f"Remembered: '{abstract}'.")
 
 
@@ -877,7 +878,7 @@ _PLAN_TOOLS = frozenset({"todowrite", "update_plan"})
 
 
 def collapse_tool_call(call: ToolCall, cwd: str | None = None) -> ToolRecord:
-    """One tool call and its result as a redacted narrative line (None when dropped), with the files it modified
+    """One tool call and its result as a narrative line (None when dropped), with the files it modified
     (consequential) or read (observational) and, for shell tools, the command. Paths inside `cwd` are shown
     relative to it. A failed or interrupted consequential call lists no files: nothing is known to have changed."""
     view = _Call.of(call, cwd)
@@ -887,7 +888,7 @@ def collapse_tool_call(call: ToolCall, cwd: str | None = None) -> ToolRecord:
     return ToolRecord(
         name=view.name,
         category=outcome.category or category,
-        line=redact(outcome.line) if outcome.line else None,
+        line=outcome.line,
         files=outcome.files,
         is_error=outcome.failed,
         command=outcome.command,
@@ -905,8 +906,8 @@ def _speaker(message: Message, speaker_names: Mapping[str, str] | None) -> str:
 def collapse_messages(
     messages: Sequence[Message], speaker_names: Mapping[str, str] | None = None
 ) -> list[CollapsedMessage]:
-    """Messages as narrative: each one's own text, then one line per tool call in order, all redacted; thinking
-    kept apart (redacted too). A todo/plan update identical to the previous one is dropped. A message left with no
+    """Messages (sanitized at ingest) as narrative: each one's own text, then one line per tool call in order;
+    thinking kept apart. A todo/plan update identical to the previous one is dropped. A message left with no
     text, no tool line and no thinking (a bare tool-result carrier, a `status` call) is dropped entirely, and so
     are its dropped records.
 
@@ -924,9 +925,9 @@ def collapse_messages(
                     record = replace(record, line=None)
                 last_plan = plan if plan is not None else last_plan
             records.append(record)
-        text = redact((message.text or "").strip())
+        text = (message.text or "").strip()
         body = "\n".join(part for part in (text, *(r.line for r in records if r.line)) if part)
-        thinking = redact((message.thinking or "").strip())
+        thinking = (message.thinking or "").strip()
         if not body and not thinking:
             continue
         collapsed.append(

@@ -1,20 +1,23 @@
 """Secret redaction: find credentials in text and replace them with typed placeholders (`[REDACTED:aws-key]`).
 
-Runs once, in the transform stage before chunking, so chunks, embeddings, topics, summaries and every output are
-built from redacted text (ARCHITECTURE.md). Two kinds of evidence are used:
+Runs once, at ingest (core/sanitize.py), before anything is stored, so chunks, embeddings, topics, summaries and every
+output are built from redacted text; collapsing and chunking do not redact again. Two kinds of evidence are used:
 
 - shape: provider keys with a recognisable prefix (AKIA…, sk-…, sk-ant-…, ghp_…, glpat-…, npm_…, xoxb-…,
-  sk_test_…, AIza…, SG.…, hvs.…, dop_v1_…, dckr_pat_… and some fifty more, formats as published by the gitleaks
-  and detect-secrets scanners), Telegram and Discord bot tokens, webhook URLs, Azure SAS signatures, PEM
-  private-key blocks and JWTs are redacted wherever they appear;
+  sk_test_…, AIza…, SG.…, hvs.…, dop_v1_…, dckr_pat_…, v1.0-…, AKCp…, A3-…, ntn_… and some seventy more,
+  formats as published by the gitleaks and detect-secrets scanners), Telegram and Discord bot tokens, webhook
+  URLs, Azure SAS signatures, PEM private-key blocks and JWTs are redacted wherever they appear;
 - context: a value assigned to a secret-like name (`DB_PASSWORD=…`, `"api_key": "…"`, `--token …`,
   `<password>…</password>`, `db_password: str = "…"`, a YAML phrase `password: Harbor Lights 2019!`,
-  `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`), a password inside a URL
+  `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`, make's `API_TOKEN ?= "…"`, Go's
+  `var apiToken string = "…"`, a YAML block or XML element holding it on the next line, a Kubernetes or ECS
+  `name:`/`value:` pair, a Terraform variable's default, a table row `| API_KEY | … |`, a config line
+  `cloudant_password  …`, `gh secret set NAME --body …`, `echo … | gh secret set`), a password inside a URL
   (`scheme://user:PASS@host`, user and host kept), an `Authorization:` header, `curl -u user:PASS` (quoted too),
   `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`,
   `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
-  account SID, `X-…-Token:` headers, and a password written in prose (`the password is Kestrel-4471`, judged by
-  the value: letters with digits or symbols).
+  account SID, `X-…-Token:` headers, and a password or token written in prose (`the password is Kestrel-4471`,
+  judged by the value: letters with digits or symbols; `the API token is fCh95aMw…`: as random as a key).
   These are all typed `password`, except AWS
   secret access keys (`aws-key`): the placeholder says "a credential was here", the name beside it says which.
 
@@ -25,11 +28,14 @@ password), `<your-api-key>`, a stored hash (`{SSHA}…`, `pbkdf2_sha256$…`), a
 names (`cache_key`, `sort_key`) only count when the value looks random. Known blind spots, on purpose: a bare
 lowercase word assigned in code (`password = hunter`) reads as a variable, and a literal word `password` as an
 assigned value reads as a placeholder; in a URL's or `curl -u`'s password slot it is redacted, unless it equals
-the user (`guest:guest`, a default).
+the user (`guest:guest`, a default); a hex value under a generic `*_key` name (`cl_key => <64 hex>`) reads as a
+digest; a vendor's name alone (`cloudflare: "<hex>"`) does not name a credential.
 
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
 `npm_XXXX…`, `rdme_XXXX_XXXX`), typed-out alphabets (`AIzaSyabcdef…`, character-set constants), `<your-token>`.
-Every pattern has bounded repetition, so a huge line costs linear time.
+Every pattern has bounded repetition, so a huge line costs linear time; and a huge text costs a few fast scans:
+provider tokens are searched one literal prefix at a time, and every context rule looks only at the lines holding
+its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message of prose redacts in about 3 s.
 
 Redacting is idempotent: a placeholder is never matched again, so redacting twice equals redacting once.
 """
@@ -38,13 +44,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import math
 import re
+import string
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "4"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "5"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -70,7 +78,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     (KIND_STRIPE, r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,255}|\bwhsec_[A-Za-z0-9+/=]{20,255}"),
     (KIND_GOOGLE, r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])|\bGOCSPX-[A-Za-z0-9_-]{20,255}|\bya29\.[0-9A-Za-z_-]{20,2048}"),
     ("sendgrid-key", r"\bSG\.[\w-]{16,32}\.[\w-]{16,64}"),
-    ("mailgun-key", r"\b(?:pub)?key-[0-9A-Za-z]{32}\b"),
+    ("mailgun-key", r"\bkey-[0-9A-Za-z]{32}\b|\bpubkey-[0-9A-Za-z]{32}\b"),
     ("mailchimp-key", r"\b[0-9a-f]{32}-us\d{1,2}\b"),
     ("docker-token", r"\bdckr_(?:pat|oat)_[A-Za-z0-9_-]{20,100}"),
     ("vault-token", r"\bhv[sb]\.[\w-]{24,400}|\bs\.[A-Za-z0-9]{24}\b"),
@@ -113,6 +121,26 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("readme-key", r"\brdme_[a-z0-9]{70}\b"),
     ("flyio-token", r"\bfo1_[\w-]{43}|\bfm[12][ar]?_[A-Za-z0-9+/]{100,2000}={0,3}"),
     ("onepassword-token", r"\bops_eyJ[A-Za-z0-9+/]{250,2000}={0,3}"),
+    ("cloudflare-origin-ca-key", r"\bv1\.0-[a-f0-9]{24}-[a-f0-9]{146}\b"),
+    ("airtable-pat", r"\bpat[A-Za-z0-9]{14}\.[a-f0-9]{64}\b"),
+    ("harness-pat", r"\b(?:pat|sat)\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}\b"),
+    ("maxmind-key", r"(?<![A-Za-z0-9])[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk\b"),
+    ("onepassword-secret-key", r"\bA3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}\b"),
+    ("yandex-key", r"\bAQVN[A-Za-z0-9_-]{35,38}(?![\w-])|\bt1\.[A-Za-z0-9_-]{1,200}={0,2}\.[A-Za-z0-9_-]{86}={0,2}"),
+    ("twitter-bearer", r"\bA{22}[A-Za-z0-9%]{80,100}(?![A-Za-z0-9%+/=])"),
+    ("typeform-token", r"\btfp_[a-z0-9_.=-]{59}"),
+    ("frameio-token", r"\bfio-u-[a-z0-9_=-]{64}"),
+    ("sourcegraph-token", r"\bsgp_(?:[a-fA-F0-9]{16}|local)_[a-fA-F0-9]{40}\b|\bsgp_[a-fA-F0-9]{40}\b"),
+    ("notion-token", r"\bntn_[0-9]{11}[A-Za-z0-9]{35}\b|\bsecret_[A-Za-z0-9]{43}\b"),
+    ("definednetworking-key", r"\bdnkey-[a-z0-9=_-]{26}-[a-z0-9=_-]{52}"),
+    ("clickhouse-key", r"\b4b1d[A-Za-z0-9]{38}\b"),
+    ("flutterwave-key", r"\bFLW(?:PUBK|SECK)_TEST-[a-hA-H0-9]{32}-X\b|\bFLWSECK_TEST-[a-h0-9]{12}\b"),
+    ("artifactory-key", r"\bAKCp[A-Za-z0-9]{69}\b|\bcmVmd[A-Za-z0-9]{59}\b"),
+    ("mapbox-token", r"\b[ps]k\.eyJ[A-Za-z0-9_-]{10,300}\.[A-Za-z0-9_-]{20,100}|\b[ps]k\.[a-z0-9]{60}\.[a-z0-9]{22}\b"),
+    ("plaid-token", r"\b(?:access|public)-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
+    ("adobe-client-secret", r"\bp8e-[A-Za-z0-9]{32}\b"),
+    ("dropbox-token", r"\bsl\.[A-Za-z0-9_=-]{135,1400}"),
+    ("lob-key", r"\b(?:live|test)_(?:pub_)?[a-f0-9]{35}\b"),
 )
 
 SECRET_KINDS = tuple(
@@ -284,9 +312,22 @@ def _looks_random(value: str) -> bool:
     has_alpha = any(c.isalpha() for c in value)
     if not (has_digit and has_alpha):
         return False
+    return _entropy(value) >= 3.3
+
+
+def _entropy(value: str) -> float:
+    """Shannon entropy of the value's characters, in bits per character."""
     counts = Counter(value)
-    entropy = -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
-    return entropy >= 3.3
+    return -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
+
+
+def _is_random_identifier(value: str) -> bool:
+    """`zymlopifqy78f5m0nxynj3l_`: random, with letters and digits interleaved as no variable name has them."""
+    switches = sum(1 for a, b in zip(value, value[1:]) if a.isdigit() != b.isdigit() and a.isalnum() and b.isalnum())
+    return switches >= _RANDOM_SWITCHES and _looks_random(value)
+
+
+_RANDOM_SWITCHES = 4  # letter-digit switches: `s3_client`, `refresh_token_v2`, `sha256_hex` have one or two
 
 
 def _looks_like_credential(value: str) -> bool:
@@ -298,7 +339,12 @@ def _looks_like_credential(value: str) -> bool:
         return False  # `r"[a-z]+"`, `<eos>`: a pattern or a tag; random symbols rarely close what they open
     has_digit = any(c.isdigit() for c in value)
     mixed_case = any(c.isupper() for c in value) and any(c.islower() for c in value)
-    return has_digit or (len(value) >= 16 and mixed_case)
+    if has_digit or (len(value) >= 16 and mixed_case):
+        return True
+    return len(value) >= 20 and value.isalpha() and _entropy(value) >= _RANDOM_LETTERS_ENTROPY  # Cloudant's 24 letters
+
+
+_RANDOM_LETTERS_ENTROPY = 3.6  # 24 random lower-case letters: ~4.0 bits; repeated or plain words stay lower
 
 
 def _looks_like_code(value: str, following: str) -> bool:
@@ -333,6 +379,8 @@ def _is_prose(value: str) -> bool:
 
 _PASSWORD_SUFFIXES = ("password", "passwd", "passphrase")
 _PASSWORD_LAST = frozenset({"pwd", "pass", "pw"})  # only as the name's last part: DB_PASS, MYSQL_PWD
+_JOINED_PASSWORD_END = "pwd"  # also closing a joined last part: `cloudantpwd`, `ibmpwd` (not `pass`: `bypass`, `compass`)
+_JOINED_KEY_LONGEST = 12  # `iamkey`, `slkey`: a short joined `…key` is a generic key name (not `primarykeycolumn`)
 _STRONG_SUFFIXES = (*_PASSWORD_SUFFIXES, "secret", "token", "credential", "credentials", "apikey")
 _KEY_QUALIFIERS = frozenset(
     "api secret access private auth encryption signing master license client app service account webhook "
@@ -371,7 +419,9 @@ def _name_parts(name: str) -> list[str]:
 
 def _is_password_name(name: str) -> bool:
     parts = _name_parts(name)
-    return any(p.endswith(_PASSWORD_SUFFIXES) for p in parts) or (bool(parts) and parts[-1] in _PASSWORD_LAST)
+    return any(p.endswith(_PASSWORD_SUFFIXES) for p in parts) or (
+        bool(parts) and (parts[-1] in _PASSWORD_LAST or parts[-1].endswith(_JOINED_PASSWORD_END))
+    )
 
 
 def _name_strength(name: str) -> int:
@@ -379,7 +429,8 @@ def _name_strength(name: str) -> int:
     parts = _name_parts(name)
     best, last_index = _NONE, -1
     for index, part in enumerate(parts):
-        if part.endswith(_STRONG_SUFFIXES) or (part in _PASSWORD_LAST and index == len(parts) - 1):
+        last = index == len(parts) - 1
+        if part.endswith(_STRONG_SUFFIXES) or (last and (part in _PASSWORD_LAST or part.endswith(_JOINED_PASSWORD_END))):
             strength = _STRONG
         elif part == "key":
             if index and parts[index - 1] in _NOT_SECRET_KEY_QUALIFIERS:
@@ -387,6 +438,8 @@ def _name_strength(name: str) -> int:
             strength = _STRONG if index and parts[index - 1] in _KEY_QUALIFIERS else _WEAK
         elif part.endswith("key") and part[:-3] in _KEY_QUALIFIERS:
             strength = _STRONG
+        elif part.endswith("key") and len(part) <= _JOINED_KEY_LONGEST and part[:-3] not in _NOT_SECRET_KEY_QUALIFIERS:
+            strength = _WEAK
         else:
             continue
         best, last_index = max(best, strength), index
@@ -435,6 +488,8 @@ class _Rule:
     pattern: re.Pattern[str]
     groups: tuple[int | str, ...] = (0,)
     accept: Accept = _always
+    trigger: re.Pattern[str] | None = None  # found (lower-cased) on the line of every match; None: look everywhere
+    lines: int = 1  # how many lines from the trigger's a match may span
 
 
 def _has_letter_and_digit(m: re.Match[str]) -> bool:
@@ -465,24 +520,126 @@ def _accept_xml(m: re.Match[str]) -> bool:
 
 
 _SEPARATORS = re.compile(r"[-_.]")
-_KIND_FROM_GROUP = ""  # the rule's kind is that of the `_PROVIDER_TOKENS` entry whose group matched
-def _accept_token(m: re.Match[str]) -> bool:
+_WORD_CHAR = re.compile(r"\w")
+
+
+def _accepts_token(kind: str, word_start: bool) -> Accept:
+    """The judgement of a provider token of `kind`; `word_start`: the token must not follow a word character
+    (its pattern's leading `\\b`, checked here so the pattern keeps a literal prefix that the regex engine scans
+    for fast)."""
+
+    def accept(m: re.Match[str]) -> bool:
+        if word_start and m.start() and _WORD_CHAR.match(m.string, m.start() - 1):
+            return False
+        return _is_provider_token(kind, m)
+
+    return accept
+
+
+def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
     token = m.group(0)
     if token in _DOCUMENTED_EXAMPLES or _is_filler(_SEPARATORS.sub("", token)) or _is_alphabet(token):
         return False  # `xoxp-XXXXXXXXXX-XXXXXXXXXX-…`: filler between separators
     if _VALUE_PLACEHOLDER.search(token):
         return False  # `xoxb-your-bot-token`
-    kind = _rule_kind(_PROVIDER_RULE, m)
     if kind == "vault-token" and token.startswith("s."):  # legacy `s.` tokens: not `s.AcceptanceTimeoutSeconds`
         return _has_letter_and_digit(m) and not token[2:].isupper() and not token[2:].islower()
     if kind == "huggingface-token":  # random mixed case, not `hf_requiredCharacteristicTypesFor…`
         body = token.split("_", 1)[1]
         return sum(c.isupper() for c in body) >= 8 and sum(c.islower() for c in body) >= 8
-    if kind in ("octopus-key", "discord-token", "telegram-token"):
+    if kind == "clickhouse-key":  # not 42 hex digits of a digest
+        return any(c.isupper() for c in token)
+    if kind in ("octopus-key", "discord-token", "telegram-token", "onepassword-secret-key", "maxmind-key"):
         return _has_letter_and_digit(m)
     if kind == KIND_SLACK:  # not `xoxp-1234567890` nor a prefix whose secret part is `####`
         return not token.endswith("-") and any(c.isalpha() for c in token[5:])
     return True
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """A pattern's top-level `|` alternatives."""
+    parts, depth, start, index, in_class = [], 0, 0, 0, False
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            index += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(pattern[start:index])
+            start = index + 1
+        index += 1
+    return [*parts, pattern[start:]]
+
+
+_TOKEN_TRIGGERS = {  # a literal part of every token of the kind, for patterns without a literal prefix to scan for
+    "telegram-token": ":a",
+    "azure-key": "q~",
+    "facebook-token": r"eaa|\|",
+    "mailchimp-key": "-us",
+    "maxmind-key": "_mmk",
+    "stripe-key": "_live_|_test_|whsec_",
+    "huggingface-token": "hf_|api_org_",
+    "twitter-bearer": "a" * 22,
+    "lob-key": "live_|test_",
+    "plaid-token": "-sandbox-|-development-|-production-",
+    "harness-pat": r"at\.",
+    "mapbox-token": r"k\.",
+}
+
+
+def _provider_rules() -> tuple[_Rule, ...]:
+    """One rule per alternative of each provider token pattern. Python's regex engine scans fast for a literal
+    prefix (`AKIA`, `ghp_`) but tries every branch at every position of one big alternation, so each alternative
+    is its own pattern and a leading `\\b` moves into the judgement; a kind without a literal prefix looks only at
+    lines holding its literal part."""
+    rules = []
+    for kind, pattern in _PROVIDER_TOKENS:
+        for alternative in _alternatives(pattern):
+            word_start = alternative.startswith(r"\b")
+            body = alternative[2:] if word_start else alternative
+            trigger = _TOKEN_TRIGGERS.get(kind)
+            rules.append(
+                _Rule(
+                    kind,
+                    re.compile(body),
+                    accept=_accepts_token(kind, word_start),
+                    trigger=_trigger(trigger) if trigger else None,
+                )
+            )
+    return tuple(rules)
+
+
+def _accept_value_below_name(m: re.Match[str]) -> bool:
+    """A key or token alone on the line below a credential name (not a URL, a path or a sentence)."""
+    name, value = m.group("name") or m.group("tag"), m.group("value")
+    if _name_strength(name) != _STRONG or _is_excluded_value(value) or _names_a_secret(value, name):
+        return False
+    return _looks_like_credential(value) and not _looks_like_code(value, "")
+
+
+def _accept_spaced_value(m: re.Match[str]) -> bool:
+    """`softlayer-api-key <value>`: only under a strong name and for a value as random as a key or a long hex."""
+    name, value = m.group("name"), m.group("value")
+    if _name_strength(name) != _STRONG or _is_excluded_value(value) or _names_a_secret(value, name):
+        return False
+    return _looks_like_key(value)
+
+
+def _accept_name_value_pair(m: re.Match[str]) -> bool:
+    """A `name:`/`value:` pair: judged as the value of that name."""
+    name, value = m.group("name") or m.group("json_name"), m.group("value") or m.group("json_value")
+    strength = _name_strength(name)
+    if strength == _NONE or _is_excluded_value(value) or _names_a_secret(value, name):
+        return False
+    return _is_named_credential(name, value) if strength == _STRONG else _looks_random(value)
 
 
 def _accept_docker_auth(m: re.Match[str]) -> bool:
@@ -505,6 +662,22 @@ def _accept_prose_password(m: re.Match[str]) -> bool:
         return False
     has_letter = any(c.isalpha() for c in value)
     return has_letter and (any(c.isdigit() for c in value) or any(c in _PROSE_SYMBOLS for c in value[:-1]))
+
+
+def _accept_prose_token(m: re.Match[str]) -> bool:
+    """`the Zendesk API token is fCh95aMw…`: a value as random as a key (`the token is expired` is a sentence)."""
+    value = m.group("value")
+    if _is_excluded_value(value):
+        return False
+    return _looks_like_key(value)
+
+
+def _looks_like_key(value: str) -> bool:
+    """As random as a key, or a long hex key (shorter hex reads as an id or a short hash)."""
+    return _looks_random(value) or (len(value) >= _HEX_KEY_SHORTEST and bool(_HEX_OR_UUID.match(value)))
+
+
+_HEX_KEY_SHORTEST = 32
 
 
 _ANNOTATED = re.compile(r"[A-Za-z_][\w.\[\]|, ]{0,80}?[ \t]=")  # `password: str = Field(...)`: Python, not YAML
@@ -559,15 +732,18 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         return False
     if m.string[m.end() : m.end() + 1] in ("<", "{", "$"):
         return False  # `dop_v1_<your-token>`: the start of a template, not a value
-    if m.group("sep") == ":" and ((m.group("sp1") and not m.group("kq")) or not (m.group("sp2") or group != "v_bare")):
-        return False  # `Pass :meth:`, `input:TokenStream`: not a key-value pair
+    sep = m.group("sep")
+    if group == "v_bare" and sep in (":", "::") and (not m.group("sp2") or (sep == ":" and m.group("sp1") and not m.group("kq"))):
+        return False  # `Pass :meth:`, `input:TokenStream`, `token::Kind`: not a key-value pair
+    if sep == "," and (group != "v_bare" or m.group("sp1") or m.group("sp2") or not _looks_random(value)):
+        return False  # a CSV row `fooToken,<random>,` and nothing else: `f(token, other)`
     env_style = _is_env_style(m)
     if group == "v_bare" and not env_style:
         if value.isdigit() and len(value) < 6:
             return False  # ports, counts, lifetimes
         following = m.string[m.end() : m.end() + 1]
-        if _looks_like_code(value, following) and not _is_yaml_literal(m):
-            return False
+        if _looks_like_code(value, following) and not _is_yaml_literal(m) and not _is_random_identifier(value):
+            return False  # a variable (`refresh_token_v2`), unless it is as random as a key: `kucoinToken = x7k2_p9q…`
     if strength == _WEAK:
         return "/" not in value and _looks_random(value)  # not `key = "datasets/2019/part-0.parquet"`
     if _is_password_name(name) and (group == "v_bare" or env_style):
@@ -639,6 +815,14 @@ def _accept_symbol_password(m: re.Match[str]) -> bool:
     )
 
 
+def _trigger(pattern: str) -> re.Pattern[str]:
+    """A rule's trigger: lower-case text that every line holding a match holds (see `_Rule.trigger`)."""
+    return re.compile(pattern)
+
+
+_NAME_WORD = _trigger("pass|pw|secret|token|credential|key")  # in every name `_name_strength` accepts
+
+
 _RULES: tuple[_Rule, ...] = (
     _Rule(
         KIND_PRIVATE_KEY,
@@ -649,11 +833,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         accept=_has_key_body,
     ),
-    _Rule(
-        _KIND_FROM_GROUP,
-        re.compile("|".join(f"(?P<t{index}>{pattern})" for index, (_, pattern) in enumerate(_PROVIDER_TOKENS))),
-        accept=_accept_token,
-    ),
+    *_provider_rules(),
     _Rule(
         KIND_AWS,
         re.compile(
@@ -663,9 +843,15 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_literal,
+        _NAME_WORD,
     ),
-    _Rule(KIND_ANTHROPIC, re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,400}")),
-    _Rule(KIND_OPENAI, re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,400}"), accept=_has_letter_and_digit),
+    _Rule(KIND_ANTHROPIC, re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,400}"), trigger=_trigger("sk-ant-")),
+    _Rule(
+        KIND_OPENAI,
+        re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,400}"),
+        accept=_has_letter_and_digit,
+        trigger=_trigger("sk-"),
+    ),
     _Rule(
         KIND_WEBHOOK,
         re.compile(
@@ -674,8 +860,9 @@ _RULES: tuple[_Rule, ...] = (
             r"|\.webhook\.office\.com/webhookb2/(?P<teams>[^\s\"'<>]{40,400})"
         ),
         ("slack", "discord", "teams"),
+        trigger=_trigger(r"hooks\.slack|discord|webhook\.office"),
     ),
-    _Rule(KIND_JWT, re.compile(r"\beyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,8192}")),
+    _Rule(KIND_JWT, re.compile(r"\beyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,8192}"), trigger=_trigger("eyj")),
     _Rule(  # scheme://user:PASS@host keeps user and host
         KIND_PASSWORD,
         re.compile(
@@ -683,6 +870,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         lambda m: _is_password_slot(m.group("user"), m.group("value")),
+        _trigger("://"),
     ),
     _Rule(
         KIND_PASSWORD,
@@ -693,6 +881,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_authorization,
+        _trigger("authorization"),
     ),
     _Rule(  # curl -u user:PASS, --user user:'PASS', -u "user:PASS PHRASE"
         KIND_PASSWORD,
@@ -705,18 +894,21 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: _is_command_password(
             m.group("dq_user") or m.group("sq_user") or m.group("user"), _first_group(m, "dq_all", "sq_all", "dq", "sq", "bare")
         ),
+        _trigger("-u"),
     ),
     _Rule(  # docker login -u ci -p 'PASS', az login -u me -p PASS
         KIND_PASSWORD,
         re.compile(r"\blogin\b[^\n|;&]{0,200}?[ \t]-p[ \t]+" + _SHELL_WORD),
         ("dq", "sq", "bare"),
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+        _trigger("login"),
     ),
     _Rule(  # PowerShell: ConvertTo-SecureString "PASS" -AsPlainText
         KIND_PASSWORD,
         re.compile(r"(?i)\bConvertTo-SecureString[ \t]+(?:-String[ \t]+)?(?:\"(?P<dq>[^\"\n]{1,256})\"|'(?P<sq>[^'\n]{1,256})')"),
         ("dq", "sq"),
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq")),
+        _trigger("convertto-securestring"),
     ),
     _Rule(  # <add key="ClearTextPassword" value="PASS" />, define('DB_PASSWORD', 'PASS'), setdefault("API_TOKEN", "…")
         KIND_PASSWORD,
@@ -726,6 +918,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_named_value,
+        _NAME_WORD,
     ),
     _Rule(  # if (db_pass !== "PASS"): a literal compared with a secret-named variable is that secret
         KIND_PASSWORD,
@@ -734,30 +927,35 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_named_value,
+        _NAME_WORD,
     ),
     _Rule(  # db_pass: m{{h}o)p${e]nob(ody[finds>-_$#thisone}}, (unquoted, so the value runs to a space)
         KIND_PASSWORD,
         re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]{0,80})[ \t]*[:=][ \t]*(?P<value>[^\s\"'`]{5,200}[^\s\"'`,;])(?=[,;]?(?:\s|$))"),
         ("value",),
         _accept_symbol_password,
+        _NAME_WORD,
     ),
     _Rule(  # mysql -pPASS
         KIND_PASSWORD,
         re.compile(r"\bmysql(?:dump|admin|sh)?\b[^\n|;&]{0,200}?[ \t]-p(?P<value>[^\s\"'-][^\s\"']{0,256})"),
         ("value",),
         _accept_literal,
+        _trigger("mysql"),
     ),
     _Rule(
         KIND_PASSWORD,
         re.compile(r"<(?P<name>[A-Za-z_][\w.-]{0,60})>(?P<value>[^<>\s]{1,400})</(?P=name)>"),
         ("value",),
         _accept_xml,
+        _NAME_WORD,
     ),
     _Rule(  # sshpass -p PASS
         KIND_PASSWORD,
         re.compile(r"\bsshpass[ \t]+-p[ \t]*" + _SHELL_WORD),
         ("dq", "sq", "bare"),
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+        _trigger("sshpass"),
     ),
     _Rule(  # requests' auth=("user", "PASS"), HTTPBasicAuth("user", "PASS")
         KIND_PASSWORD,
@@ -767,22 +965,26 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_literal,
+        _trigger("auth"),
     ),
     _Rule(  # a Docker config.json `"auth": "<base64 of user:password>"`
         KIND_PASSWORD,
         re.compile(r"\"auth\"[ \t]*:[ \t]*\"(?P<value>[A-Za-z0-9+/]{8,1024}={0,2})\""),
         ("value",),
         _accept_docker_auth,
+        _trigger('"auth"'),
     ),
     _Rule(  # a Twilio auth token after its account SID: Client("AC…", "TOKEN"), -u AC…:TOKEN, `twilio login AC… TOKEN`
         "twilio-key",
         re.compile(r"\bAC[0-9a-f]{32}[\"']?(?:[ \t]*,[ \t]*|:|[ \t]+)[\"']?(?P<value>[0-9a-f]{32})\b"),
         ("value",),
+        trigger=_trigger("ac[0-9a-f]{32}"),
     ),
     _Rule(  # an Azure SAS signature, and a storage account key in a connection string
         KIND_AZURE,
         re.compile(r"[?&;]sig=(?P<sig>[A-Za-z0-9%+/=]{20,256})|\bAccountKey=(?P<account>[A-Za-z0-9+/]{40,256}={0,2})"),
         ("sig", "account"),
+        trigger=_trigger("sig=|accountkey="),
     ),
     _Rule(  # X-Shopify-Access-Token: …, X-API-Key: … (anywhere on a line)
         KIND_PASSWORD,
@@ -792,6 +994,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         lambda m: not _is_excluded_value(m.group("value")) and _looks_like_credential(m.group("value")),
+        _trigger("x-"),
     ),
     _Rule(  # the password is Kestrel-4471; Password for the admin is tr0ub4dor&3; login as root, password ch4ngeMe
         KIND_PASSWORD,
@@ -803,6 +1006,69 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_prose_password,
+        _NAME_WORD,
+    ),
+    _Rule(  # the Zendesk API token is fCh95aMw… (`key: …` and `key = …` are assignments, judged above)
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)\b(?:token|secret|api[ _-]?key|access[ _-]?key|secret[ _-]?key|key)\b"
+            r"(?:[ \t]+(?:for|of|to|on)[ \t]+[^\n:=]{1,40}?[ \t]+(?:is|was)|[ \t]+(?:is|was)(?:[ \t]+now)?)"
+            r"[ \t]+[\"'`]?"
+            r"(?P<value>[A-Za-z0-9+/=_.~-]{15,400}[A-Za-z0-9=_~-])"
+        ),
+        ("value",),
+        _accept_prose_token,
+        _NAME_WORD,
+    ),
+    _Rule(  # a config line `cloudant_password   <value>`: a joined name, blanks, a key-like value, nothing after
+        KIND_PASSWORD,
+        re.compile(
+            r"(?m)^[ \t]*(?P<name>[A-Za-z][A-Za-z0-9]{0,40}(?:[_-][A-Za-z0-9]{1,40}){1,6})[ \t]+"
+            r"[\"']?(?P<value>[A-Za-z0-9+/=_.~-]{16,400})[\"']?[ \t]*$"
+        ),
+        ("value",),
+        _accept_spaced_value,
+        _NAME_WORD,
+    ),
+    _Rule(  # a table row: `| ALGOLIA_API_KEY | <value> |`, `| beamer | api key | <value> |`
+        KIND_PASSWORD,
+        re.compile(r"\|[ \t]*(?P<name>[A-Za-z_][\w .-]{0,60}?)[ \t]*\|[ \t]*`?(?P<value>[^\s|`]{8,400})`?[ \t]*\|"),
+        ("value",),
+        _accept_named_value,
+        _NAME_WORD,
+    ),
+    _Rule(  # Kubernetes env `- name: API_TOKEN` / `value: …` on the next line; ECS `{"name": "API_TOKEN", "value": "…"}`
+        KIND_PASSWORD,
+        re.compile(
+            r"(?m)^[ \t]*(?:-[ \t]+)?name:[ \t]*[\"']?(?P<name>[A-Za-z_][\w.-]{0,80})[\"']?[ \t]*\n"
+            r"[ \t]*value:[ \t]*(?P<q>[\"']?)(?P<value>[^\s\"'#]{1,400})(?P=q)[ \t]*$"
+            r"|[\"']name[\"'][ \t]*:[ \t]*[\"'](?P<json_name>[A-Za-z_][\w.-]{0,80})[\"'][ \t]*,[ \t]*"
+            r"[\"']value[\"'][ \t]*:[ \t]*[\"'](?P<json_value>[^\"'\n]{1,400})[\"']"
+        ),
+        ("value", "json_value"),
+        _accept_name_value_pair,
+        _NAME_WORD,
+        lines=2,
+    ),
+    _Rule(  # Terraform: variable "finicity_client_secret" { … default = "…" }
+        KIND_PASSWORD,
+        re.compile(r"\bvariable[ \t]+\"(?P<name>[\w-]{1,80})\"[ \t]*\{[^}]{0,300}?\bdefault[ \t]*=[ \t]*\"(?P<value>[^\"\n]{1,400})\""),
+        ("value",),
+        _accept_named_value,
+        _NAME_WORD,
+        lines=8,
+    ),
+    _Rule(  # gh secret set NAME --body VALUE; echo -n VALUE | gh secret set NAME (or docker login --password-stdin)
+        KIND_PASSWORD,
+        re.compile(
+            r"\b(?:gh|glab)[ \t]+secret[ \t]+set\b[^\n|;&<]{0,200}?[ \t](?:--body|-b)(?:[ \t]+|=)" + _SHELL_WORD
+            + r"|\b(?:echo|printf)(?:[ \t]+-[neE]{1,3})?[ \t]+"
+            + _SHELL_WORD.replace("?P<dq>", "?P<pdq>").replace("?P<sq>", "?P<psq>").replace("?P<bare>", "?P<pbare>")
+            + r"[ \t]*\|[ \t]*[^\n|;&]{0,80}?(?:secret[ \t]+(?:set|create)\b|--password-stdin|--with-token)"
+        ),
+        ("dq", "sq", "bare", "pdq", "psq", "pbare"),
+        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare", "pdq", "psq", "pbare")),
+        _trigger("secret|password-stdin|with-token"),
     ),
     _Rule(  # YAML: `password: Harbor Lights 2019!`, a phrase up to the end of its line
         KIND_PASSWORD,
@@ -812,12 +1078,37 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_yaml_phrase,
+        _NAME_WORD,
+    ),
+    _Rule(  # a value on the line after its name: YAML `api_token: |` or `>`, XML `<apiToken>` alone on its line
+        KIND_PASSWORD,
+        re.compile(
+            r"(?m)^[ \t]*(?:(?P<name>[A-Za-z_][\w.-]{0,80}):[ \t]+[|>][-+]?|<(?P<tag>[A-Za-z_][\w.-]{0,80})>)[ \t]*\n"
+            r"[ \t]+(?P<value>[^\s<>]{8,400})[ \t]*(?:$|\n[ \t]*</(?P=tag)>)"
+        ),
+        ("value",),
+        _accept_value_below_name,
+        _NAME_WORD,
+        lines=3,
+    ),
+    _Rule(  # Sidekiq Enterprise/Pro gem credentials: BUNDLE_GEMS__CONTRIBSYS__COM=user:pass, bundle config … contribsys.com
+        "sidekiq-credentials",
+        re.compile(r"(?i)contribsys(?:\.|__)com[\"']?(?:[ \t]*[:=][ \t]*|[ \t]+)[\"']?(?P<value>[a-f0-9]{8}:[a-f0-9]{8})\b"),
+        ("value",),
+        trigger=_trigger("contribsys"),
+    ),
+    _Rule(  # SoftLayer's SOAP endpoint carries the API key in its path
+        KIND_PASSWORD,
+        re.compile(r"(?i)\bapi\.softlayer\.com/soap/v3(?:\.1)?/(?P<value>[a-z0-9]{64})\b"),
+        ("value",),
+        trigger=_trigger("softlayer"),
     ),
     _Rule(  # fish: set -x API_TOKEN value
         KIND_PASSWORD,
         re.compile(r"\bset[ \t]+-[gxuU]{1,3}[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]{0,80})[ \t]+[\"']?(?P<value>[^\s\"']{1,400})"),
         ("value",),
         lambda m: _name_strength(m.group("name")) == _STRONG and not _is_excluded_value(m.group("value")),
+        _NAME_WORD,
     ),
     _Rule(  # --password hunter2 (the `--name=value` form is an assignment)
         KIND_PASSWORD,
@@ -827,29 +1118,24 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_flag,
+        _NAME_WORD,
     ),
     _Rule(
         KIND_PASSWORD,
         re.compile(
             r"(?<![A-Za-z0-9_])"
             r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key))"  # cheap pre-filter on the name
-            r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?)?"  # `"key": `, `["KEY"] = `
-            r"(?:[ \t]*:[ \t]*[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=]))?"  # a type: `password: str = `
-            r"(?P<sp1>[ \t]*)(?P<sep>:=|=>|=(?![=~])|:(?![:/=]))(?P<sp2>[ \t]*)" + _QUOTED_VALUE
+            r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?|\])?"  # `"key": `, `["KEY"] = `, `[key]:`
+            r"(?:[ \t]*:[ \t]*[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=])"  # a type: `password: str = `
+            r"|[ \t]+(?:string|String|str|\[\]byte)(?=[ \t]*=[^=]))?"  # Go: `var apiToken string = `
+            r"(?P<sp1>[ \t]*)(?P<sep>:{1,3}=|[?+.]=|=>|=(?![=~])|::(?![:=])|:(?![:/=])|,)(?P<sp2>[ \t]*)"  # make's `::=`, `?=`
+            + _QUOTED_VALUE
         ),
         _KV_VALUE_GROUPS,
         _accept_assignment,
+        _NAME_WORD,
     ),
 )
-
-
-def _rule_kind(rule: _Rule, m: re.Match[str]) -> str:
-    if rule.kind == _KIND_FROM_GROUP:
-        return _PROVIDER_TOKENS[int((m.lastgroup or "t0")[1:])][0]
-    return rule.kind
-
-
-_PROVIDER_RULE = _RULES[1]
 
 
 def _span(rule: _Rule, m: re.Match[str]) -> tuple[int, int] | None:
@@ -859,11 +1145,11 @@ def _span(rule: _Rule, m: re.Match[str]) -> tuple[int, int] | None:
     return None
 
 
-def _candidates(rule: _Rule, text: str) -> Iterator[re.Match[str]]:
-    """The rule's accepted matches. A rejected match gives its text back, so `-var="db_password=…"` is still seen
-    after `var="…"` was judged not a secret."""
-    position = 0
-    while (m := rule.pattern.search(text, position)) is not None:
+def _candidates(rule: _Rule, text: str, start: int, end: int) -> Iterator[re.Match[str]]:
+    """The rule's accepted matches in `text[start:end]`. A rejected match gives its text back, so
+    `-var="db_password=…"` is still seen after `var="…"` was judged not a secret."""
+    position = start
+    while (m := rule.pattern.search(text, position, end)) is not None:
         span = _span(rule, m)
         if span is not None and span[0] < span[1] and rule.accept(m):
             yield m
@@ -872,16 +1158,57 @@ def _candidates(rule: _Rule, text: str) -> Iterator[re.Match[str]]:
             position = m.start() + 1
 
 
+def _lines_with(trigger: re.Pattern[str], text: str, lowered: str, count: int = 1) -> list[tuple[int, int]]:
+    """The stretches of `count` lines whose first holds a match of `trigger` in `lowered`, as (start, end) of `text`,
+    merged where they overlap. A stretch starts at the newline before it, so a rule's `(?:^|\\s)` still sees it; it
+    ends before the newline after its last line, which only rules spanning more lines cross (`_Rule.lines`)."""
+    stretches: list[tuple[int, int]] = []
+    position = 0
+    while (hit := trigger.search(lowered, position)) is not None:
+        start = max(text.rfind("\n", 0, hit.start()), 0)
+        end = hit.end()
+        for _ in range(count):
+            newline = text.find("\n", end)
+            if newline == -1:
+                end = len(text)
+                break
+            end = newline + 1
+        else:
+            end -= 1
+        if stretches and start <= stretches[-1][1]:
+            start = stretches.pop()[0]
+        stretches.append((start, end))
+        line_end = text.find("\n", hit.end())
+        position = len(text) if line_end == -1 else line_end + 1
+    return stretches
+
+
+def _lowered(text: str) -> str:
+    """`text` in lower case, offset for offset (a few characters lower-case to two, then only ASCII is lowered)."""
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
 def find_secrets(text: str) -> list[SecretMatch]:
-    """Every secret in `text`, in order, non-overlapping; overlapping finds merge and keep the most specific kind."""
+    """Every secret in `text`, in order, non-overlapping; overlapping finds merge and keep the most specific kind.
+    A rule with a trigger looks only at the lines holding it, so a huge text costs a few fast scans."""
     placeholders = [m.span() for m in PLACEHOLDER_RE.finditer(text)]
+    lowered = _lowered(text)
+    scopes: dict[tuple[re.Pattern[str] | None, int], list[tuple[int, int]]] = {}
     found: list[tuple[int, int, int, str]] = []  # start, end, priority, kind
     for priority, rule in enumerate(_RULES):
-        for m in _candidates(rule, text):
-            span = _span(rule, m)
-            if span is None or any(start < span[1] and span[0] < end for start, end in placeholders):
-                continue  # already redacted: keeps redaction idempotent
-            found.append((span[0], span[1], priority, _rule_kind(rule, m)))
+        key = (rule.trigger, rule.lines)
+        if key not in scopes:
+            scopes[key] = [(0, len(text))] if rule.trigger is None else _lines_with(rule.trigger, text, lowered, rule.lines)
+        for start, end in scopes[key]:
+            for m in _candidates(rule, text, start, end):
+                span = _span(rule, m)
+                if span is None or _overlaps_any(span, placeholders):
+                    continue  # already redacted: keeps redaction idempotent
+                found.append((span[0], span[1], priority, rule.kind))
     found.sort()
     merged: list[SecretMatch] = []
     best_priority = 0
@@ -897,6 +1224,12 @@ def find_secrets(text: str) -> list[SecretMatch]:
             merged.append(SecretMatch(kind, start, end))
             best_priority = priority
     return merged
+
+
+def _overlaps_any(span: tuple[int, int], sorted_spans: list[tuple[int, int]]) -> bool:
+    """Whether `span` overlaps one of `sorted_spans` (sorted, disjoint)."""
+    index = bisect.bisect_left(sorted_spans, (span[1],))
+    return index > 0 and sorted_spans[index - 1][1] > span[0]
 
 
 def redact(text: str) -> str:

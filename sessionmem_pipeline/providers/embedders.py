@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -180,6 +181,39 @@ def _counting_tokenizer() -> Tokenizer:
     return _load_tokenizer(truncate=False)
 
 
+_BERT_WORD_SEPARATORS = re.compile(r"[ \t\n\r]+")
+"""Characters at which bert-base-uncased's tokenizer always splits and that its normalizer never removes.
+
+Its normalizer works character by character (control characters removed, accents stripped, lowercase) and
+its pre-tokenizer splits at whitespace and punctuation, so a text's word pieces are those of its runs between
+these characters, each tokenized alone, plus [CLS] and [SEP]. Other whitespace is not used: vertical tab and
+form feed are control characters the normalizer removes, joining their neighbours.
+"""
+_BERT_SPECIAL_TOKENS = 2  # [CLS] and [SEP]
+_CACHED_WORD_CHARS = 64  # longer runs (a base64 blob) are rare and would make the cache's memory unbounded
+_CACHED_WORDS = 1 << 16
+_word_token_counts: dict[str, int] = {}  # a run of characters between separators -> its word pieces
+
+
+def _bert_text_tokens(text: str) -> int:
+    """`len(tokenizer.encode(text).ids)` of the counting tokenizer, summed over the text's cached runs."""
+    counts, total = _word_token_counts, _BERT_SPECIAL_TOKENS
+    for word in _BERT_WORD_SEPARATORS.split(text):
+        tokens = counts.get(word)
+        if tokens is None:
+            tokens = _word_tokens(word)
+            if len(word) <= _CACHED_WORD_CHARS:
+                if len(counts) >= _CACHED_WORDS:
+                    counts.clear()
+                counts[word] = tokens
+        total += tokens
+    return total
+
+
+def _word_tokens(word: str) -> int:
+    return len(_counting_tokenizer().encode(word, add_special_tokens=False).ids)
+
+
 @lru_cache(maxsize=4)
 def _load_minilm(threads: int) -> _LoadedMiniLM:
     """Verify and load the model once per process (per thread count): about half a second, never any network."""
@@ -234,7 +268,9 @@ class LocalMiniLMEmbedder(Embedder):
         _load_minilm(self.threads)
 
     def count_model_tokens(self, text: str) -> int:
-        return len(_counting_tokenizer().encode(text).ids)
+        """Summed over the text's words, each counted once per process: chunking a huge message counts
+        chunk-sized text tens of thousands of times, and words repeat (about three times faster, and exact)."""
+        return _bert_text_tokens(text)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         _reject_single_string(texts)

@@ -73,13 +73,14 @@ INGEST = Stage(
     ("validation.max_bad_line_share", "privacy.exclude_paths", "privacy.exclude_projects"),
     uses_redaction=True,
 )
-COLLAPSE = Stage("collapse", 3, upstream="ingest")
+COLLAPSE = Stage("collapse", 4, upstream="ingest")
 """2: OpenCode's filePath/oldString/newString, no empty file names; 3: Codex `shell_command` calls read as shell
-commands."""
+commands; 4: no second redaction (messages come redacted from ingest)."""
 CHUNK = Stage(
-    "chunk", 3, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
+    "chunk", 4, ("chunking.max_tokens", "chunking.max_chunks", "timezone"), "collapse", uses_embedder=True,
     uses_llm=True,
 )
+"""4: parts of a huge message start at the length the window ratio of the part before predicts."""
 EMBED = Stage("embed", 2, upstream="chunk", uses_embedder=True)
 SUMMARIZE = Stage("summarize", 3, upstream="collapse", uses_embedder=True, uses_llm=True)
 THREADS = Stage("threads", 2, upstream="summarize", per_session=False)  # 2: rebuilt per changed project
