@@ -1,6 +1,6 @@
 """Search latency at scale (issues 6, 20): the full hybrid `search()` and its parts, and the cold CLI and hook.
 
-    .venv/bin/python benchmarks/search_latency.py [--chunks 100000 1000000] [--queries 100] [--json]
+    .venv/bin/python benchmarks/search_latency.py [--chunks 100000 1000000] [--queries 100] [--keep DIR] [--json]
 
 Builds synthetic warehouses through the project's Warehouse module: sessions of 40 chunks over 50 projects with
 realistic metadata (speakers, roles, topics, ~20% decisions, a chunk every 5 minutes), two messages per chunk,
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from sessionmem_pipeline.client import Filters, SessionMemory, deduplicate, fuse_scores, vector_literal
+from sessionmem_pipeline.client import Filters, SessionMemory, fuse_scores, vector_literal
 from sessionmem_pipeline.config import load_settings
 from sessionmem_pipeline.providers.embedders import MINILM_MODEL_ID, LocalMiniLMEmbedder
 from sessionmem_pipeline.warehouse import VECTOR_DELTA, Warehouse, publish_snapshot
@@ -154,11 +155,14 @@ def _batch_tables(
 
 
 def build(path: Path, count: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-    """A warehouse of `count` chunks; returns the vectors, the vocabulary, and seconds per build step."""
+    """A warehouse of `count` chunks (kept when `path` exists: the inputs are regenerated from the seed);
+    returns the vectors, the vocabulary, and seconds per build step."""
     rng = np.random.default_rng(seed)
     vectors, topic = synthetic_vectors(count, rng)
     words = vocabulary(rng)
     seconds: dict[str, float] = {}
+    if path.exists():
+        return vectors, words, seconds
     started = time.perf_counter()
     with Warehouse(path) as wh:
         wh.ensure_embedding_table(MINILM_MODEL_ID, DIMENSIONS)
@@ -234,7 +238,8 @@ def query_embedding_ms(queries: Sequence[str]) -> dict[str, float]:
 
 
 def cold_commands(path: Path) -> dict[str, float]:
-    """Wall seconds of a new `sessionmem search` and `sessionmem hook session-start` process (median of 3)."""
+    """Wall and CPU (user + system) seconds of a new `sessionmem search` and `sessionmem hook session-start`
+    process (median of 3)."""
     home = path.parent
     env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
     cli = [sys.executable, "-m", "sessionmem_pipeline.cli"]
@@ -245,14 +250,17 @@ def cold_commands(path: Path) -> dict[str, float]:
     }
     timings = {}
     for name, (command, stdin) in runs.items():
-        seconds = []
+        seconds, cpu = [], []
         for _ in range(3):
-            started = time.perf_counter()
+            before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
             done = subprocess.run(command, input=stdin, capture_output=True, text=True, env=env, cwd=home)
             seconds.append(time.perf_counter() - started)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
             if done.returncode != 0 or not done.stdout.strip():
                 raise RuntimeError(f"{' '.join(command)} failed: {done.stderr or 'no output'}")
         timings[name] = round(statistics.median(seconds), 2)
+        timings[name.replace("_s", "_cpu_s")] = round(statistics.median(cpu), 2)
     return timings
 
 
@@ -278,7 +286,7 @@ def measure(path: Path, count: int, queries: int) -> list[dict]:
             clock.time("search", lambda: memory.search(text, **arguments))
             bm25 = clock.time("bm25", lambda: memory.bm25_ranking(text, filters))
             nearest = clock.time("vectors", lambda: memory.vector_ranking(text, filters))
-            clock.time("fuse_fetch", lambda: deduplicate(memory.chunks_by_id(fuse_scores(bm25, nearest, **weights)))[:5])
+            clock.time("fuse_fetch", lambda: memory.top_results(fuse_scores(bm25, nearest, **weights), 5))
             truth = exact(memory, embedder.vector, filters)
             planned = list(memory.vector_ranking(text, filters, 10))
             recalls.append(len(set(planned) & set(truth)) / len(truth) if truth else 1.0)
@@ -291,16 +299,27 @@ def measure(path: Path, count: int, queries: int) -> list[dict]:
 
 
 def measure_sizes(
-    description: str, measure_one: Callable[[Path, int, int], list[dict]], queries: int, argv: Sequence[str] | None
+    description: str,
+    measure_one: Callable[[Path, int, int], list[dict]],
+    queries: int,
+    argv: Sequence[str] | None,
+    *,
+    reusable: bool = False,
 ) -> list[dict] | None:
     """`--chunks` sizes, each measured in a fresh temporary warehouse; None when `--json` printed them already."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--chunks", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=queries)
     parser.add_argument("--json", action="store_true")
+    if reusable:
+        parser.add_argument("--keep", type=Path, help="build each warehouse in DIR/<chunks>/ once and reuse it")
     args = parser.parse_args(argv)
     rows = []
     for count in args.chunks:
+        if getattr(args, "keep", None):
+            (args.keep / str(count)).mkdir(parents=True, exist_ok=True)
+            rows += measure_one(args.keep / str(count) / "bench.duckdb", count, args.queries)
+            continue
         with tempfile.TemporaryDirectory() as folder:
             rows += measure_one(Path(folder) / "bench.duckdb", count, args.queries)
     if args.json:
@@ -316,7 +335,7 @@ def print_table(rows: Sequence[dict], header: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    rows = measure_sizes(__doc__.splitlines()[0], measure, 100, argv)
+    rows = measure_sizes(__doc__.splitlines()[0], measure, 100, argv, reusable=True)
     if rows is None:
         return 0
     searches = [r for r in rows if "filter" in r]
@@ -326,9 +345,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("ms; search = SessionMemory.search (limit 5) without the query embedding, wall and CPU (process time);")
     print("parts: bm25_ranking, vector_ranking (150 candidates each), fusion + fetch of the 5 results shown\n")
     print_table([r for r in rows if "filter" not in r],
-                ["chunks", "embed_p50", "embed_p95", "embed_cpu_p95", "cli_search_s", "cli_search_filtered_s", "hook_s"])
-    print("embed = the packaged model embedding one query (ms); cli/hook = a new process, wall seconds (median of 3)\n")
-    print_table(searches, ["chunks", "filter", "rows_s", "hnsw_s", "keywords_s"])
+                ["chunks", "embed_p50", "embed_p95", "embed_cpu_p95", "cli_search_s", "cli_search_cpu_s",
+                 "cli_search_filtered_s", "cli_search_filtered_cpu_s", "hook_s", "hook_cpu_s"])
+    print("embed = the packaged model embedding one query (ms); cli/hook = a new process, wall and CPU seconds")
+    print("(median of 3)\n")
+    if any("rows_s" in r for r in searches):
+        print_table(searches[:: len(FILTERS)], ["chunks", "rows_s", "hnsw_s", "keywords_s"])
     return 0
 
 
