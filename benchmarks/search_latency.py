@@ -286,7 +286,7 @@ def measure(path: Path, count: int, queries: int) -> list[dict]:
             clock.time("search", lambda: memory.search(text, **arguments))
             bm25 = clock.time("bm25", lambda: memory.bm25_ranking(text, filters))
             nearest = clock.time("vectors", lambda: memory.vector_ranking(text, filters))
-            clock.time("fuse_fetch", lambda: memory.top_results(fuse_scores(bm25, nearest, **weights), 5))
+            clock.time("fuse_fetch", lambda: memory._top_results(fuse_scores(bm25, nearest, **weights), 5))
             truth = exact(memory, embedder.vector, filters)
             planned = list(memory.vector_ranking(text, filters, 10))
             recalls.append(len(set(planned) & set(truth)) / len(truth) if truth else 1.0)

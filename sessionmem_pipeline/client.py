@@ -476,7 +476,7 @@ class SessionMemory:
         scores = self._fused_chunk_scores(words, filters)
         if source == "query":
             scores = self._boost_window(words, filters, window, scores)
-        results = self.top_results(scores, limit)
+        results = self._top_results(scores, limit)
         self._log("search", started, len(results))
         return results
 
@@ -580,7 +580,7 @@ class SessionMemory:
         boosted = {cid: score * boost if cid.rsplit(":", 2)[0] in top_ids else score for cid, score in scores.items()}
         results = [
             replace(r, stage="session" if r.session_id in top_ids else "global")
-            for r in self.top_results(boosted, limit)
+            for r in self._top_results(boosted, limit)
         ]
         self._log("recall", started, len(results))
         return results
@@ -795,7 +795,7 @@ class SessionMemory:
             bm25_limit=CANDIDATES,
         )
 
-    def top_results(self, scores: dict[str, float], limit: int) -> list[SearchResult]:
+    def _top_results(self, scores: dict[str, float], limit: int) -> list[SearchResult]:
         """The best `limit` results without overlaps (`deduplicate`), reading the rows of the candidates in score
         order only until enough are kept: a search shows 5 of ~300 fused candidates, and each row read costs
         about 3 ms (its text is decompressed with the 2,048 rows stored around it)."""
