@@ -260,7 +260,7 @@ def cold_commands(path: Path) -> dict[str, float]:
             if done.returncode != 0 or not done.stdout.strip():
                 raise RuntimeError(f"{' '.join(command)} failed: {done.stderr or 'no output'}")
         timings[name] = round(statistics.median(seconds), 2)
-        timings[name.replace("_s", "_cpu_s")] = round(statistics.median(cpu), 2)
+        timings[name.removesuffix("_s") + "_cpu_s"] = round(statistics.median(cpu), 2)
     return timings
 
 
