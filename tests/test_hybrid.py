@@ -123,6 +123,6 @@ def test_planned_search_matches_an_exact_scan(
         assert list(planned)[:5] == list(exact)[:5]
         expected = fuse_scores(memory.bm25_ranking(query, chosen), exact, bm25_limit=client.CANDIDATES)
         every = [(r.session_id, r.chunk_index) for r in deduplicate(memory.chunks_by_id(expected))]
-        for limit in (1, 3, 8):  # search reads the rows of its candidates a page (2 x limit) at a time
+        for limit in (1, 3, 8):  # search reads the rows of its candidates only until it has enough
             assert [(r.session_id, r.chunk_index) for r in memory.search(query, limit=limit, **filters)] == every[:limit]
     memory.close()
