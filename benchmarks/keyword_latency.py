@@ -22,22 +22,11 @@ import numpy as np
 from sessionmem_pipeline.client import Filters, SessionMemory
 from sessionmem_pipeline.config import load_settings
 from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot
-from search_latency import measure_sizes  # noqa: E402  (benchmarks/ is the script's folder)
+from search_latency import measure_sizes, vocabulary, zipf_weights  # noqa: E402  (benchmarks/ is the script's folder)
 
-VOCABULARY = 60_000
 WORDS_PER_CHUNK = 150
 CHUNKS_PER_SESSION = 20
 PROJECTS = 50
-
-
-def vocabulary(rng: np.random.Generator) -> np.ndarray:
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    return np.array(["".join(rng.choice(letters, rng.integers(3, 10))) for _ in range(VOCABULARY)])
-
-
-def zipf_weights() -> np.ndarray:
-    weights = 1.0 / np.arange(1, VOCABULARY + 1) ** 1.05
-    return weights / weights.sum()
 
 
 def chunk_rows(words: np.ndarray, weights: np.ndarray, start: int, count: int, rng: np.random.Generator) -> list[dict]:

