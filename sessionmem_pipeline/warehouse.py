@@ -566,6 +566,8 @@ class _Queries:
         """Per stored path of these: its indexed state (None unless indexed) and its row, in one query (a scan's
         files are looked up together, not one query each; handed over as Arrow, since DuckDB converts a list
         parameter value by value)."""
+        import pyarrow as pa  # the writer's path only: readers do not pay for it
+
         self.conn.register("_wanted_paths", pa.table({"path": pa.array(list(paths), pa.string())}))
         try:
             rows = self.query("SELECT f.* FROM source_files f SEMI JOIN _wanted_paths w ON w.path = f.path")
