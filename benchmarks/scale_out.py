@@ -131,7 +131,8 @@ def dagster_workers(base: Path, template: Path, config: Path, keys: list[str], w
         env=env, check=True, capture_output=True,
     )
     go = base / f"go-{workers}"
-    slices = [keys[i::workers] for i in range(workers)]
+    # contiguous runs of the (sorted) partition order: a worker's run names its part as a partition range
+    slices = [keys[i * len(keys) // workers:(i + 1) * len(keys) // workers] for i in range(workers)]
     children = [
         subprocess.Popen([sys.executable, "-c", CHILD, str(config), json.dumps(sorted(part)), str(go)],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
