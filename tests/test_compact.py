@@ -210,14 +210,19 @@ def test_system_events_are_neither_context_nor_counted() -> None:
     assert result.full_message_count == len(messages) - 1
 
 
-def test_secrets_are_redacted_from_summaries() -> None:
-    messages = long_session()
-    messages[1] = message(1, "user", f"Step 0: use the staging key {SECRET} and make stock module 0 strict.")
+def test_secrets_never_reach_a_summary_or_the_kept_messages(tmp_path: Path) -> None:
+    """compact() trusts its input to be sanitized: parse_transcript, the CLI's way in, sanitizes as ingest does."""
+    lines = [json.loads(line) for line in WEBSHOP.read_text(encoding="utf-8").splitlines()]
+    request = next(line for line in lines if line["type"] == "user" and isinstance(line["message"]["content"], str))
+    request["message"]["content"] = f"Use the staging key {SECRET} and make the checkout strict."
+    transcript = tmp_path / WEBSHOP.name
+    transcript.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 
-    result = compact(messages, SummarizationConfig(target_compression=0.5))
+    session = parse_transcript(str(transcript), transcript.read_bytes())
+    result = compact(session.messages, SummarizationConfig(preserve_recent=2, trigger_threshold=1))
 
-    assert SECRET not in json.dumps(result.as_json())
-    assert SECRET not in result.context()[1].text
+    assert result.summaries and SECRET not in json.dumps(result.as_json())
+    assert all(SECRET not in m.text for m in result.context())
     assert "[REDACTED:openai-key]" in result.summaries[0].content
 
 

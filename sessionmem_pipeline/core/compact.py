@@ -11,7 +11,8 @@ The offline summary is extractive and deterministic: the goal (first request), l
 decision detector), files modified and commands run (the collapsing records), and the state at the end (the last
 assistant words), taken in that order of importance while they fit. With a chat model the spec's prompt is used,
 in parts of at most LLM_INPUT_TOKENS so nothing is silently cut; an unusable reply falls back to the extractive
-summary. Summaries are built from collapsed, redacted text only: secrets never reach a summary or the model.
+summary. Summaries are built from sanitized text only (`parse_transcript` sanitizes as ingest does, and stored
+messages were sanitized at ingest), so secrets never reach a summary or the model; a model's reply is redacted again.
 
 Compaction-aware: a transcript may already hold the agent's own compaction summaries (Claude Code
 `isCompactSummary`, Codex `compacted`; `KIND_COMPACTION`). `find_agent_compactions` says which messages each one
@@ -261,11 +262,11 @@ def find_agent_compactions(messages: Sequence[Message]) -> list[AgentCompaction]
 
 def agent_summaries(messages: Sequence[Message]) -> list[ConversationSummary]:
     """The agent's compaction summaries as ConversationSummaries (source "agent"), for summary history, `history`
-    and recap; their content is redacted, and tools and files come from the messages they replaced."""
+    and recap, from sanitized messages; tools and files come from the messages they replaced."""
     summaries = []
     for compaction in find_agent_compactions(messages):
         covered = [messages[i] for i in compaction.covered_positions]
-        content = redact(compaction.text).strip()
+        content = compaction.text.strip()
         usage = summarize_tools(collapse_messages(covered))
         summaries.append(
             ConversationSummary(
@@ -321,7 +322,7 @@ def _extractive_items(
     requests = [
         text
         for m in messages
-        if m.role == "user" and m.kind == KIND_MESSAGE and (text := opening_sentences(redact(m.text)))
+        if m.role == "user" and m.kind == KIND_MESSAGE and (text := opening_sentences(m.text))
     ]
     items: list[_Item] = []
     if requests:
@@ -338,7 +339,7 @@ def _extractive_items(
     if usage.failures:
         items.append(_Item(31, 202, f"Last failure: {clip_line(usage.failures[-1], 200)}"))
     replies = [m for m in messages if m.role == "assistant" and m.kind == KIND_MESSAGE and m.text.strip()]
-    if replies and (state := opening_sentences(redact(replies[-1].text))):
+    if replies and (state := opening_sentences(replies[-1].text)):
         items.append(_Item(1, 300, f"State at the end: {state}"))
     return items
 
