@@ -52,7 +52,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "5"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "6"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -81,7 +81,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("mailgun-key", r"\bkey-[0-9A-Za-z]{32}\b|\bpubkey-[0-9A-Za-z]{32}\b"),
     ("mailchimp-key", r"\b[0-9a-f]{32}-us\d{1,2}\b"),
     ("docker-token", r"\bdckr_(?:pat|oat)_[A-Za-z0-9_-]{20,100}"),
-    ("vault-token", r"\bhv[sb]\.[\w-]{24,400}|\bs\.[A-Za-z0-9]{24}\b"),
+    ("vault-token", r"\bhv[sbr]\.[\w-]{24,400}|\bs\.[A-Za-z0-9]{24}\b"),
     ("digitalocean-token", r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
     ("telegram-token", r"(?<![0-9])[0-9]{5,16}:A[\w-]{34}(?![\w-])"),
     ("discord-token", r"\b[MNO][A-Za-z0-9_-]{23,27}\.[\w-]{6,7}\.[\w-]{27,40}(?![\w-])"),
@@ -103,7 +103,9 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("pulumi-token", r"\bpul-[a-f0-9]{40}\b"),
     ("planetscale-token", r"\bpscale_(?:tkn|pw|oauth)_[\w=.-]{32,64}"),
     ("grafana-token", r"\bglsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b|\bglc_[A-Za-z0-9+/]{32,400}={0,3}|\beyJrIjoi[A-Za-z0-9]{70,400}={0,3}"),
-    ("newrelic-key", r"\bNR(?:AK|II|JS)-[A-Za-z0-9]{19,32}\b"),
+    ("newrelic-key", r"\bNR(?:AK|II|IQ|JS)-[A-Za-z0-9_-]{19,32}(?![\w-])|\bNRAA-[a-f0-9]{27}\b|\bNRRA-[a-f0-9]{42}\b"
+                     r"|\b[a-f0-9]{36}NRAL\b"),
+    ("pixie-key", r"\bpx-(?:api|dep)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
     ("atlassian-token", r"\bATATT3[\w=-]{150,300}"),
     ("dynatrace-token", r"\bdt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}\b"),
     ("rubygems-key", r"\brubygems_[a-f0-9]{48}\b"),
@@ -141,6 +143,12 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("adobe-client-secret", r"\bp8e-[A-Za-z0-9]{32}\b"),
     ("dropbox-token", r"\bsl\.[A-Za-z0-9_=-]{135,1400}"),
     ("lob-key", r"\b(?:live|test)_(?:pub_)?[a-f0-9]{35}\b"),
+    ("jina-key", r"\bjina_[A-Za-z0-9]{60}\b"),
+    ("cratesio-token", r"\bcio[A-Za-z0-9]{32}\b"),
+    ("truenas-key", r"\b\d{1,5}-[A-Za-z0-9]{64}\b"),
+    ("segment-token", r"\bsgp_[A-Za-z0-9]{64}\b"),
+    ("mandrill-key", r"\bmd-[A-Za-z0-9_-]{22}(?![\w-])"),
+    ("ubidots-token", r"\bBBFF-[A-Za-z0-9]{30}\b"),
 )
 
 SECRET_KINDS = tuple(
@@ -379,6 +387,7 @@ def _is_prose(value: str) -> bool:
 
 _PASSWORD_SUFFIXES = ("password", "passwd", "passphrase")
 _PASSWORD_LAST = frozenset({"pwd", "pass", "pw"})  # only as the name's last part: DB_PASS, MYSQL_PWD
+_TOKEN_LAST = "pat"  # a personal access token, only as the name's last part: AZURE_DEVOPS_EXT_PAT (not `pat_count`)
 _JOINED_PASSWORD_END = "pwd"  # also closing a joined last part: `cloudantpwd`, `ibmpwd` (not `pass`: `bypass`, `compass`)
 _JOINED_KEY_LONGEST = 12  # `iamkey`, `slkey`: a short joined `…key` is a generic key name (not `primarykeycolumn`)
 _STRONG_SUFFIXES = (*_PASSWORD_SUFFIXES, "secret", "token", "credential", "credentials", "apikey")
@@ -430,7 +439,9 @@ def _name_strength(name: str) -> int:
     best, last_index = _NONE, -1
     for index, part in enumerate(parts):
         last = index == len(parts) - 1
-        if part.endswith(_STRONG_SUFFIXES) or (last and (part in _PASSWORD_LAST or part.endswith(_JOINED_PASSWORD_END))):
+        if part.endswith(_STRONG_SUFFIXES) or (
+            last and (part in _PASSWORD_LAST or part == _TOKEN_LAST or part.endswith(_JOINED_PASSWORD_END))
+        ):
             strength = _STRONG
         elif part == "key":
             if index and parts[index - 1] in _NOT_SECRET_KEY_QUALIFIERS:
@@ -549,6 +560,8 @@ def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
         return sum(c.isupper() for c in body) >= 8 and sum(c.islower() for c in body) >= 8
     if kind == "clickhouse-key":  # not 42 hex digits of a digest
         return any(c.isupper() for c in token)
+    if kind in ("truenas-key", "mandrill-key", "cratesio-token"):  # random mixed case, not a hex digest or a word
+        return _has_letter_and_digit(m) and any(c.isupper() for c in token[3:]) and any(c.islower() for c in token[3:])
     if kind in ("octopus-key", "discord-token", "telegram-token", "onepassword-secret-key", "maxmind-key"):
         return _has_letter_and_digit(m)
     if kind == KIND_SLACK:  # not `xoxp-1234567890` nor a prefix whose secret part is `####`
@@ -592,6 +605,8 @@ _TOKEN_TRIGGERS = {  # a literal part of every token of the kind, for patterns w
     "plaid-token": "-sandbox-|-development-|-production-",
     "harness-pat": r"at\.",
     "mapbox-token": r"k\.",
+    "newrelic-key": "nr|px-",
+    "truenas-key": r"\d-[a-z0-9]{64}",
 }
 
 
@@ -656,8 +671,11 @@ _PROSE_SYMBOLS = frozenset("!@#$%^&*+=~?")
 
 
 def _accept_prose_password(m: re.Match[str]) -> bool:
+    return _accept_prose_password_value(m.group("value"))
+
+
+def _accept_prose_password_value(value: str) -> bool:
     """`the password is Kestrel-4471`: a value with letters and digits (or symbols), not a word like `required`."""
-    value = m.group("value")
     if _is_excluded_value(value) or "://" in value:
         return False
     has_letter = any(c.isalpha() for c in value)
@@ -720,11 +738,17 @@ def _is_yaml_literal(m: re.Match[str]) -> bool:
     return (not rest or rest.startswith("#")) and bool(_YAML_INDENT.fullmatch(text, newline_before + 1, m.start()))
 
 
+def _inside_placeholder(text: str, position: int) -> bool:
+    """`[REDACTED:openai-key]=…`: a placeholder's kind names no credential (else redacting twice differs)."""
+    opened = text.rfind("[REDACTED:", max(0, position - 40), position)
+    return opened >= 0 and "]" not in text[opened:position]
+
+
 def _accept_assignment(m: re.Match[str]) -> bool:
     """A value assigned to a secret-like name, judged by the form of the assignment and the value's look."""
     name = m.group("name")
     strength = _name_strength(name)
-    if strength == _NONE:
+    if strength == _NONE or _inside_placeholder(m.string, m.start()):
         return False
     group = next(g for g in _KV_VALUE_GROUPS if m.group(g) is not None)
     value = m.group(group)
@@ -744,13 +768,35 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         following = m.string[m.end() : m.end() + 1]
         if _looks_like_code(value, following) and not _is_yaml_literal(m) and not _is_random_identifier(value):
             return False  # a variable (`refresh_token_v2`), unless it is as random as a key: `kucoinToken = x7k2_p9q…`
-    if strength == _WEAK:
-        return "/" not in value and _looks_random(value)  # not `key = "datasets/2019/part-0.parquet"`
+    if strength == _WEAK:  # not `key = "datasets/2019/part-0.parquet"`
+        return "/" not in value and (_looks_random(value) or _is_vendor_hex_key(name, value))
     if _is_password_name(name) and (group == "v_bare" or env_style):
         return True  # a .env or shell password may be a phrase: `KEYSTORE_PASSWORD='my secret pass 9'`
     if group == "v_bare" and env_style:
         return True
     return _is_named_credential(name, value)
+
+
+_DIGEST_KEY_QUALIFIERS = frozenset(  # `<word>_key` names whose hex value is a digest or an id, not a vendor's API key
+    "cache etag hash digest checksum dedup dedupe idempotency lookup sort record object file blob content request "
+    "message event cursor index shard routing group lock commit build artifact image layer chunk page item entry "
+    "storage bucket partition primary foreign public".split()
+)
+_VENDOR_NAME_SHORTEST = 4  # `zenkit_key`, `tomtomKey`; not `cl_key` (a two-letter prefix says too little)
+
+
+def _is_vendor_hex_key(name: str, value: str) -> bool:
+    """`zenkit_key = <32 hex>`: many vendors issue hex API keys; a hex value under `<vendor>_key` is one, unless
+    the word before `key` says digest or id (`cache_key`, `etag_key`)."""
+    if not (32 <= len(value) <= 64 and _HEX_OR_UUID.match(value)) or "-" in value:
+        return False
+    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+        return False
+    parts = _name_parts(name)
+    if not parts or not parts[-1].endswith("key"):
+        return False
+    qualifier = parts[-1][:-3] or (parts[-2] if len(parts) > 1 else "")
+    return len(qualifier) >= _VENDOR_NAME_SHORTEST and qualifier.isalpha() and qualifier not in _DIGEST_KEY_QUALIFIERS
 
 
 def _is_named_credential(name: str, value: str) -> bool:
@@ -820,7 +866,7 @@ def _trigger(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-_NAME_WORD = _trigger("pass|pw|secret|token|credential|key")  # in every name `_name_strength` accepts
+_NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|pat\b")  # in every name `_name_strength` accepts
 
 
 _RULES: tuple[_Rule, ...] = (
@@ -876,7 +922,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(
             r"(?i)\b(?:proxy-)?authorization\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?"
-            r"(?P<scheme>(?:bearer|basic|token|bot|digest|apikey|sso-key|ssws)[ \t]+)?"
+            r"(?P<scheme>(?:bearer|basic|token|bot|digest|api-?key|sso-key|ssws)[ \t]+)?"
             r"(?P<value>[A-Za-z0-9._~+/=-]{8,4096})"
         ),
         ("value",),
@@ -956,6 +1002,50 @@ _RULES: tuple[_Rule, ...] = (
         ("dq", "sq", "bare"),
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
         _trigger("sshpass"),
+    ),
+    _Rule(  # PsExec \\host -u user -p PASS; slcli config setup -u user -k KEY; cargo login TOKEN; ngrok add-authtoken TOKEN
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)(?:\b(?:psexec(?:64)?|paexec)(?:\.exe)?\b[^\n|;&]{0,200}?[ \t]-p|\bslcli\b[^\n|;&]{0,200}?[ \t](?:-k|--api-key)"
+            r"|\b(?:cargo|wandb)[ \t]+login|\bngrok[ \t]+(?:config[ \t]+)?add-authtoken|\bsnyk[ \t]+auth"
+            r"|\bdoctl[ \t]+auth[ \t]+init[ \t]+(?:-t|--access-token)|\bnetlify\b[^\n|;&]{0,100}?[ \t]--auth)[ \t]+" + _SHELL_WORD
+        ),
+        ("dq", "sq", "bare"),
+        lambda m: not _first_group(m, "dq", "sq", "bare").startswith("-") and not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+        _trigger("psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify"),
+    ),
+    _Rule(  # .NET: new NetworkCredential("user", "PASS"), new DirectoryEntry("LDAP://…", "user", "PASS")
+        KIND_PASSWORD,
+        re.compile(
+            r"\b(?:NetworkCredential\([ \t]*|DirectoryEntry\([ \t]*\"[^\"\n]{0,200}\"[ \t]*,[ \t]*)"
+            r"\"[^\"\n]{0,100}\"[ \t]*,[ \t]*@?\"(?P<value>[^\"\n]{1,256})\""
+        ),
+        ("value",),
+        _accept_literal,
+        _trigger("networkcredential|directoryentry"),
+    ),
+    _Rule(  # log in with ops / PASS; the DB creds are app_rw:PASS
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)\b(?:log[ \t-]?in|sign[ \t-]?in)[ \t]+(?:with|as|using)[ \t]+[\w.@-]{1,64}[ \t]*/[ \t]*(?P<slash>[^\s\"'`]{5,63}[^\s\"'`.,;:)!?])"
+            r"|\b(?:creds|credentials|login)\b[^\n:=]{0,30}?[ \t](?P<user>[\w.@-]{1,64}):(?P<colon>[^\s:@/\"'`]{5,63}[^\s:@/\"'`.,;)!?])"
+        ),
+        ("slash", "colon"),
+        lambda m: _accept_prose_password_value(m.group("slash") or m.group("colon")),
+        _trigger("log|sign|cred"),
+    ),
+    _Rule(  # Vault's `operator init` output: Unseal Key 1: <base64>
+        "vault-token",
+        re.compile(r"(?i)\bunseal[ \t]+key(?:[ \t]+\d{1,2})?:[ \t]+(?P<value>[A-Za-z0-9+/]{40,90}={0,2})"),
+        ("value",),
+        trigger=_trigger("unseal"),
+    ),
+    _Rule(  # ThingsBoard device API: /api/v1/<access token>/telemetry
+        KIND_PASSWORD,
+        re.compile(r"/api/v1/(?P<value>[A-Za-z0-9]{20})/(?:telemetry|attributes|rpc|claim)\b"),
+        ("value",),
+        lambda m: _looks_random(m.group("value")),
+        _trigger("/api/v1/"),
     ),
     _Rule(  # requests' auth=("user", "PASS"), HTTPBasicAuth("user", "PASS")
         KIND_PASSWORD,
@@ -1124,7 +1214,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(
             r"(?<![A-Za-z0-9_])"
-            r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key))"  # cheap pre-filter on the name
+            r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key|pat(?![A-Za-z0-9])))"  # cheap pre-filter on the name
             r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?|\])?"  # `"key": `, `["KEY"] = `, `[key]:`
             r"(?:[ \t]*:[ \t]*[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=])"  # a type: `password: str = `
             r"|[ \t]+(?:string|String|str|\[\]byte)(?=[ \t]*=[^=]))?"  # Go: `var apiToken string = `
