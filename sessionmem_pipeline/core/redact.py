@@ -413,6 +413,12 @@ _NOT_SECRET_BEFORE = frozenset(
 _NOT_SECRET_KEY_QUALIFIERS = frozenset(  # database and storage keys: `bucket_key`, `primaryKey`, `schemaKey`
     "bucket foreign primary public pub schema sequence partition natural".split()
 )
+_DIGEST_KEY_QUALIFIERS = _NOT_SECRET_KEY_QUALIFIERS | frozenset(  # `<word>_key` holding a digest or an id, not an API key
+    "cache etag hash digest checksum dedup dedupe idempotency lookup sort record object file blob content request "
+    "message event cursor index shard routing group lock commit build artifact image layer chunk page item entry "
+    "storage".split()
+)
+_VENDOR_NAME_SHORTEST = 4  # `zenkit_key`, `tomtomKey`; not `cl_key` (a two-letter prefix says too little)
 _CAMEL_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])|([A-Z]+)([A-Z][a-z])")
 
 _NONE, _WEAK, _STRONG = 0, 1, 2
@@ -690,6 +696,21 @@ def _accept_prose_token(m: re.Match[str]) -> bool:
     return _looks_like_key(value)
 
 
+def _accept_spaced_prose_key(m: re.Match[str]) -> bool:
+    """A key-like value right after `token`/`api key`, unless the word before says digest or id (`cache key <hex>`)."""
+    before = _WORD_BEFORE.search(m.string, max(0, m.start() - 40), m.start())
+    qualifier = before.group(1).lower() if before else ""
+    value = m.group("value")
+    if qualifier in _NOT_KEY_QUALIFIERS or qualifier in _NOT_SECRET_BEFORE or _is_excluded_value(value):
+        return False
+    return _looks_like_key(value) and not value.startswith(_SSH_PUBLIC_KEY_BODIES)
+
+
+_WORD_BEFORE = re.compile(r"([A-Za-z]+)[ \t_-]*$")
+_NOT_KEY_QUALIFIERS = _DIGEST_KEY_QUALIFIERS | {"host", "ssh", "gpg", "pgp", "kms", "known"}  # keys that are not secrets
+_SSH_PUBLIC_KEY_BODIES = ("AAAAB3NzaC1", "AAAAC3NzaC1", "AAAAE2VjZHNh")
+
+
 def _looks_like_key(value: str) -> bool:
     """As random as a key, or a long hex key (shorter hex reads as an id or a short hash)."""
     return _looks_random(value) or (len(value) >= _HEX_KEY_SHORTEST and bool(_HEX_OR_UUID.match(value)))
@@ -777,12 +798,6 @@ def _accept_assignment(m: re.Match[str]) -> bool:
     return _is_named_credential(name, value)
 
 
-_DIGEST_KEY_QUALIFIERS = frozenset(  # `<word>_key` names whose hex value is a digest or an id, not a vendor's API key
-    "cache etag hash digest checksum dedup dedupe idempotency lookup sort record object file blob content request "
-    "message event cursor index shard routing group lock commit build artifact image layer chunk page item entry "
-    "storage bucket partition primary foreign public".split()
-)
-_VENDOR_NAME_SHORTEST = 4  # `zenkit_key`, `tomtomKey`; not `cl_key` (a two-letter prefix says too little)
 
 
 def _is_vendor_hex_key(name: str, value: str) -> bool:
@@ -841,6 +856,15 @@ def _is_command_password(user: str, value: str) -> bool:
     return _is_password_slot(user, value) and not _VALUE_WORD.match(value)
 
 
+def _is_encoded_private_key(m: re.Match[str]) -> bool:
+    head = m.group(0)[:80]
+    try:
+        decoded = base64.b64decode(head[: len(head) // 4 * 4])
+    except binascii.Error:
+        return False
+    return b"PRIVATE KEY" in decoded
+
+
 def _has_key_body(m: re.Match[str]) -> bool:
     """A PEM block with a base64 body; `-----BEGIN … PRIVATE KEY----------END …` is an empty template."""
     return bool(_KEY_BODY.search(m.group(0)))
@@ -878,6 +902,12 @@ _RULES: tuple[_Rule, ...] = (
             r"|(?:\s|\\n)+[A-Za-z0-9+/=\s\\:,-]{40,12000})"  # a block cut short (trimmed output): its base64 body
         ),
         accept=_has_key_body,
+    ),
+    _Rule(  # a PEM private key encoded once more in base64 (Kubernetes `tls.key:`, CI variables): `LS0tLS1CRUdJTi…`
+        KIND_PRIVATE_KEY,
+        re.compile(r"\bLS0tLS1CRUdJTi[A-Za-z0-9+/]{40,16000}={0,2}"),
+        accept=_is_encoded_private_key,
+        trigger=_trigger("ls0tls1crudjti"),
     ),
     *_provider_rules(),
     _Rule(
@@ -1108,6 +1138,16 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_prose_token,
+        _NAME_WORD,
+    ),
+    _Rule(  # `datadog: api_key 6459…`, `the gitter token 298e…`, `trello key b36e… token 629a…`: a name, blanks, a key
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)\b(?P<name>api[ _-]?(?:key|secret)|secret|token|key)[ \t]+"
+            r"(?P<value>[A-Za-z0-9+/=_.~-]{20,400}[A-Za-z0-9=_~-])(?=$|[\s,;)])"
+        ),
+        ("value",),
+        _accept_spaced_prose_key,
         _NAME_WORD,
     ),
     _Rule(  # a config line `cloudant_password   <value>`: a joined name, blanks, a key-like value, nothing after
