@@ -103,8 +103,8 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("pulumi-token", r"\bpul-[a-f0-9]{40}\b"),
     ("planetscale-token", r"\bpscale_(?:tkn|pw|oauth)_[\w=.-]{32,64}"),
     ("grafana-token", r"\bglsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b|\bglc_[A-Za-z0-9+/]{32,400}={0,3}|\beyJrIjoi[A-Za-z0-9]{70,400}={0,3}"),
-    ("newrelic-key", r"\bNR(?:AK|II|IQ|JS)-[A-Za-z0-9_-]{19,32}(?![\w-])|\bNRAA-[a-f0-9]{27}\b|\bNRRA-[a-f0-9]{42}\b"
-                     r"|\b[a-f0-9]{36}NRAL\b"),
+    ("newrelic-key", r"\bNR(?:AK|II|IQ|JS)-[A-Za-z0-9_-]{19,32}(?![\w-])|\bNRAA-[a-f0-9]{27}\b|\bNRRA-[a-f0-9]{42}\b"),
+    ("newrelic-license-key", r"\b[a-f0-9]{36}NRAL\b"),
     ("pixie-key", r"\bpx-(?:api|dep)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
     ("atlassian-token", r"\bATATT3[\w=-]{150,300}"),
     ("dynatrace-token", r"\bdt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}\b"),
@@ -611,8 +611,8 @@ _TOKEN_TRIGGERS = {  # a literal part of every token of the kind, for patterns w
     "plaid-token": "-sandbox-|-development-|-production-",
     "harness-pat": r"at\.",
     "mapbox-token": r"k\.",
-    "newrelic-key": "nr|px-",
-    "truenas-key": r"\d-[a-z0-9]{64}",
+    "newrelic-license-key": "nral",
+    "truenas-key": r"-[a-z0-9]{64}",
 }
 
 
@@ -890,7 +890,7 @@ def _trigger(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-_NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|pat\b")  # in every name `_name_strength` accepts
+_NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|_pat\b|-pat\b")  # in every name `_name_strength` accepts
 
 
 _RULES: tuple[_Rule, ...] = (
