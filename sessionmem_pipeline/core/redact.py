@@ -647,11 +647,14 @@ def _accept_value_below_name(m: re.Match[str]) -> bool:
 
 
 def _accept_spaced_value(m: re.Match[str]) -> bool:
-    """`softlayer-api-key <value>`: only under a strong name and for a value as random as a key or a long hex."""
+    """`softlayer-api-key <value>`: only under a strong name and for a value as random as a key or a long hex;
+    under a password name (`ldap_bind_pw Ld4pB1nd`), letters with digits or symbols."""
     name, value = m.group("name"), m.group("value")
     if _name_strength(name) != _STRONG or _is_excluded_value(value) or _names_a_secret(value, name):
         return False
-    return _looks_like_key(value)
+    if _is_password_name(name):
+        return _accept_prose_password_value(value)
+    return bool(_TOKEN_CHARS.fullmatch(value)) and _looks_like_key(value)
 
 
 def _accept_name_value_pair(m: re.Match[str]) -> bool:
@@ -1154,7 +1157,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(
             r"(?m)^[ \t]*(?P<name>[A-Za-z][A-Za-z0-9]{0,40}(?:[_-][A-Za-z0-9]{1,40}){1,6})[ \t]+"
-            r"[\"']?(?P<value>[A-Za-z0-9+/=_.~-]{16,400})[\"']?[ \t]*$"
+            r"[\"']?(?P<value>[^\s\"']{6,400})[\"']?[ \t]*$"
         ),
         ("value",),
         _accept_spaced_value,
