@@ -416,7 +416,8 @@ _NOT_SECRET_KEY_QUALIFIERS = frozenset(  # database and storage keys: `bucket_ke
 _DIGEST_KEY_QUALIFIERS = _NOT_SECRET_KEY_QUALIFIERS | frozenset(  # `<word>_key` holding a digest or an id, not an API key
     "cache etag hash digest checksum dedup dedupe idempotency lookup sort record object file blob content request "
     "message event cursor index shard routing group lock commit build artifact image layer chunk page item entry "
-    "storage".split()
+    "storage project tenant user account org organization customer device instance resource node workspace team "
+    "region zone".split()
 )
 _VENDOR_NAME_SHORTEST = 4  # `zenkit_key`, `tomtomKey`; not `cl_key` (a two-letter prefix says too little)
 _CAMEL_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])|([A-Z]+)([A-Z][a-z])")
@@ -804,9 +805,9 @@ def _accept_assignment(m: re.Match[str]) -> bool:
 
 
 def _is_vendor_hex_key(name: str, value: str) -> bool:
-    """`zenkit_key = <32 hex>`: many vendors issue hex API keys; a hex value under `<vendor>_key` is one, unless
-    the word before `key` says digest or id (`cache_key`, `etag_key`)."""
-    if not (32 <= len(value) <= 64 and _HEX_OR_UUID.match(value)) or "-" in value:
+    """`zenkit_key = <32 hex>`, `postageapp_key: <uuid>`: many vendors issue hex or UUID API keys; such a value
+    under `<vendor>_key` is one, unless the word before `key` says digest or id (`cache_key`, `tenant_key`)."""
+    if not (32 <= len(value) <= 64 and _HEX_OR_UUID.match(value)):
         return False
     if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
         return False
