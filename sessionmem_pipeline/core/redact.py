@@ -5,8 +5,9 @@ output are built from redacted text; collapsing and chunking do not redact again
 
 - shape: provider keys with a recognisable prefix (AKIA…, sk-…, sk-ant-…, ghp_…, glpat-…, npm_…, xoxb-…,
   sk_test_…, AIza…, SG.…, hvs.…, dop_v1_…, dckr_pat_…, v1.0-…, AKCp…, A3-…, ntn_… and some seventy more,
-  formats as published by the gitleaks and detect-secrets scanners), Telegram and Discord bot tokens, webhook
-  URLs, Azure SAS signatures, PEM private-key blocks and JWTs are redacted wherever they appear;
+  formats as published by the gitleaks and detect-secrets scanners; New Relic, Pixie, Jina, crates.io, TrueNAS,
+  Segment, Mandrill, Ubidots), Telegram and Discord bot tokens, webhook URLs, Azure SAS signatures, PEM
+  private-key blocks (also base64-encoded once more, `LS0tLS1CRUdJTi…`) and JWTs are redacted wherever they appear;
 - context: a value assigned to a secret-like name (`DB_PASSWORD=…`, `"api_key": "…"`, `--token …`,
   `<password>…</password>`, `db_password: str = "…"`, a YAML phrase `password: Harbor Lights 2019!`,
   `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`, make's `API_TOKEN ?= "…"`, Go's
@@ -16,8 +17,12 @@ output are built from redacted text; collapsing and chunking do not redact again
   (`scheme://user:PASS@host`, user and host kept), an `Authorization:` header, `curl -u user:PASS` (quoted too),
   `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`,
   `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
-  account SID, `X-…-Token:` headers, and a password or token written in prose (`the password is Kestrel-4471`,
-  judged by the value: letters with digits or symbols; `the API token is fCh95aMw…`: as random as a key).
+  account SID, `X-…-Token:` headers, `PsExec … -p PASS`, `slcli … -k KEY`, token-taking logins (`cargo login`,
+  `wandb login`, `ngrok config add-authtoken`, `snyk auth`, `doctl auth init -t`, `netlify --auth`), .NET
+  `NetworkCredential`/`DirectoryEntry` arguments, Vault's `Unseal Key 1:` output, ThingsBoard device URLs, a
+  hex or UUID value under a `<vendor>_key` name (`zenkit_key = <32 hex>`), and a password or token written in
+  prose (`the password is Kestrel-4471`, `log in with ops / PASS`, `the creds are app:PASS`, judged by the value:
+  letters with digits or symbols; `the API token is fCh95aMw…`, `datadog: api_key 6459…`: as random as a key).
   These are all typed `password`, except AWS
   secret access keys (`aws-key`): the placeholder says "a credential was here", the name beside it says which.
 
@@ -28,8 +33,8 @@ password), `<your-api-key>`, a stored hash (`{SSHA}…`, `pbkdf2_sha256$…`), a
 names (`cache_key`, `sort_key`) only count when the value looks random. Known blind spots, on purpose: a bare
 lowercase word assigned in code (`password = hunter`) reads as a variable, and a literal word `password` as an
 assigned value reads as a placeholder; in a URL's or `curl -u`'s password slot it is redacted, unless it equals
-the user (`guest:guest`, a default); a hex value under a generic `*_key` name (`cl_key => <64 hex>`) reads as a
-digest; a vendor's name alone (`cloudflare: "<hex>"`) does not name a credential.
+the user (`guest:guest`, a default); a hex value under a `*_key` name whose first word is short or says digest
+or id (`cl_key => <64 hex>`, `cache_key`, `tenant_key`) reads as a digest; a vendor's name alone (`cloudflare: "<hex>"`) does not name a credential.
 
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
 `npm_XXXX…`, `rdme_XXXX_XXXX`), typed-out alphabets (`AIzaSyabcdef…`, character-set constants), `<your-token>`.
@@ -894,6 +899,9 @@ def _trigger(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
+_RARE_COMMANDS = _trigger(  # one scan for the rules of rare commands and forms, each then judged on these lines only
+    "psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify|networkcredential|directoryentry|unseal|/api/v1/"
+)
 _NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|_pat\b|-pat\b")  # in every name `_name_strength` accepts
 
 
@@ -1046,7 +1054,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("dq", "sq", "bare"),
         lambda m: not _first_group(m, "dq", "sq", "bare").startswith("-") and not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
-        _trigger("psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify"),
+        _RARE_COMMANDS,
     ),
     _Rule(  # .NET: new NetworkCredential("user", "PASS"), new DirectoryEntry("LDAP://…", "user", "PASS")
         KIND_PASSWORD,
@@ -1056,7 +1064,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_literal,
-        _trigger("networkcredential|directoryentry"),
+        _RARE_COMMANDS,
     ),
     _Rule(  # log in with ops / PASS; the DB creds are app_rw:PASS
         KIND_PASSWORD,
@@ -1072,14 +1080,14 @@ _RULES: tuple[_Rule, ...] = (
         "vault-token",
         re.compile(r"(?i)\bunseal[ \t]+key(?:[ \t]+\d{1,2})?:[ \t]+(?P<value>[A-Za-z0-9+/]{40,90}={0,2})"),
         ("value",),
-        trigger=_trigger("unseal"),
+        trigger=_RARE_COMMANDS,
     ),
     _Rule(  # ThingsBoard device API: /api/v1/<access token>/telemetry
         KIND_PASSWORD,
         re.compile(r"/api/v1/(?P<value>[A-Za-z0-9]{20})/(?:telemetry|attributes|rpc|claim)\b"),
         ("value",),
         lambda m: _looks_random(m.group("value")),
-        _trigger("/api/v1/"),
+        _RARE_COMMANDS,
     ),
     _Rule(  # requests' auth=("user", "PASS"), HTTPBasicAuth("user", "PASS")
         KIND_PASSWORD,
