@@ -294,14 +294,15 @@ def test_benchmark_reports_both_halves() -> None:
     )
     figures = json.loads(completed.stdout)
     assert figures["redaction_version"] == redact_module.REDACTION_VERSION
-    report, tuning = figures["report"], figures["tuning"]
-    assert report["secrets"] + tuning["secrets"] >= 150
-    assert len(report["by_kind"]) >= 40
-    assert report["clean_lines"] + tuning["clean_lines"] >= 200
+    report, report2, tuning = figures["report"], figures["report2"], figures["tuning"]
+    assert report["secrets"] >= 150 and len(report["by_kind"]) >= 40 and report["clean_lines"] >= 200
     assert tuning["catch_rate"] == 1.0, tuning["misses"]
     assert tuning["clean_altered"] == 0, tuning["false_positives"]
-    assert report["catch_rate"] >= 0.87  # floor against regressions (version 5 measured 270/310 on report2); target 0.99
-    assert report["false_positive_rate"] <= 0.026  # versions 4 and 5 measured 7/272 on report2; the target is 0.01
+    # floors against regressions; the targets are 0.99 caught and 0.01 altered
+    assert report["catch_rate"] >= 0.855  # version 6 measured 414/484 on report3, once
+    assert report["false_positive_rate"] <= 0.023  # version 6: 6/267 on report3
+    assert report2["catch_rate"] >= 0.87  # versions 5 and 6 measured 270/310 on report2
+    assert report2["false_positive_rate"] <= 0.026  # versions 4 to 6 measured 7/272 on report2
 
 
 def test_routine_benchmark_output_hides_the_report_half_failures(capsys) -> None:
