@@ -5,8 +5,9 @@ output are built from redacted text; collapsing and chunking do not redact again
 
 - shape: provider keys with a recognisable prefix (AKIA…, sk-…, sk-ant-…, ghp_…, glpat-…, npm_…, xoxb-…,
   sk_test_…, AIza…, SG.…, hvs.…, dop_v1_…, dckr_pat_…, v1.0-…, AKCp…, A3-…, ntn_… and some seventy more,
-  formats as published by the gitleaks and detect-secrets scanners), Telegram and Discord bot tokens, webhook
-  URLs, Azure SAS signatures, PEM private-key blocks and JWTs are redacted wherever they appear;
+  formats as published by the gitleaks and detect-secrets scanners; New Relic, Pixie, Jina, crates.io, TrueNAS,
+  Segment, Mandrill, Ubidots), Telegram and Discord bot tokens, webhook URLs, Azure SAS signatures, PEM
+  private-key blocks (also base64-encoded once more, `LS0tLS1CRUdJTi…`) and JWTs are redacted wherever they appear;
 - context: a value assigned to a secret-like name (`DB_PASSWORD=…`, `"api_key": "…"`, `--token …`,
   `<password>…</password>`, `db_password: str = "…"`, a YAML phrase `password: Harbor Lights 2019!`,
   `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`, make's `API_TOKEN ?= "…"`, Go's
@@ -16,8 +17,12 @@ output are built from redacted text; collapsing and chunking do not redact again
   (`scheme://user:PASS@host`, user and host kept), an `Authorization:` header, `curl -u user:PASS` (quoted too),
   `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`,
   `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
-  account SID, `X-…-Token:` headers, and a password or token written in prose (`the password is Kestrel-4471`,
-  judged by the value: letters with digits or symbols; `the API token is fCh95aMw…`: as random as a key).
+  account SID, `X-…-Token:` headers, `PsExec … -p PASS`, `slcli … -k KEY`, token-taking logins (`cargo login`,
+  `wandb login`, `ngrok config add-authtoken`, `snyk auth`, `doctl auth init -t`, `netlify --auth`), .NET
+  `NetworkCredential`/`DirectoryEntry` arguments, Vault's `Unseal Key 1:` output, ThingsBoard device URLs, a
+  hex or UUID value under a `<vendor>_key` name (`zenkit_key = <32 hex>`), and a password or token written in
+  prose (`the password is Kestrel-4471`, `log in with ops / PASS`, `the creds are app:PASS`, judged by the value:
+  letters with digits or symbols; `the API token is fCh95aMw…`, `datadog: api_key 6459…`: as random as a key).
   These are all typed `password`, except AWS
   secret access keys (`aws-key`): the placeholder says "a credential was here", the name beside it says which.
 
@@ -28,8 +33,8 @@ password), `<your-api-key>`, a stored hash (`{SSHA}…`, `pbkdf2_sha256$…`), a
 names (`cache_key`, `sort_key`) only count when the value looks random. Known blind spots, on purpose: a bare
 lowercase word assigned in code (`password = hunter`) reads as a variable, and a literal word `password` as an
 assigned value reads as a placeholder; in a URL's or `curl -u`'s password slot it is redacted, unless it equals
-the user (`guest:guest`, a default); a hex value under a generic `*_key` name (`cl_key => <64 hex>`) reads as a
-digest; a vendor's name alone (`cloudflare: "<hex>"`) does not name a credential.
+the user (`guest:guest`, a default); a hex value under a `*_key` name whose first word is short or says digest
+or id (`cl_key => <64 hex>`, `cache_key`, `tenant_key`) reads as a digest; a vendor's name alone (`cloudflare: "<hex>"`) does not name a credential.
 
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
 `npm_XXXX…`, `rdme_XXXX_XXXX`), typed-out alphabets (`AIzaSyabcdef…`, character-set constants), `<your-token>`.
@@ -52,7 +57,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "5"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "6"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -81,7 +86,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("mailgun-key", r"\bkey-[0-9A-Za-z]{32}\b|\bpubkey-[0-9A-Za-z]{32}\b"),
     ("mailchimp-key", r"\b[0-9a-f]{32}-us\d{1,2}\b"),
     ("docker-token", r"\bdckr_(?:pat|oat)_[A-Za-z0-9_-]{20,100}"),
-    ("vault-token", r"\bhv[sb]\.[\w-]{24,400}|\bs\.[A-Za-z0-9]{24}\b"),
+    ("vault-token", r"\bhv[sbr]\.[\w-]{24,400}|\bs\.[A-Za-z0-9]{24}\b"),
     ("digitalocean-token", r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
     ("telegram-token", r"(?<![0-9])[0-9]{5,16}:A[\w-]{34}(?![\w-])"),
     ("discord-token", r"\b[MNO][A-Za-z0-9_-]{23,27}\.[\w-]{6,7}\.[\w-]{27,40}(?![\w-])"),
@@ -103,7 +108,9 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("pulumi-token", r"\bpul-[a-f0-9]{40}\b"),
     ("planetscale-token", r"\bpscale_(?:tkn|pw|oauth)_[\w=.-]{32,64}"),
     ("grafana-token", r"\bglsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b|\bglc_[A-Za-z0-9+/]{32,400}={0,3}|\beyJrIjoi[A-Za-z0-9]{70,400}={0,3}"),
-    ("newrelic-key", r"\bNR(?:AK|II|JS)-[A-Za-z0-9]{19,32}\b"),
+    ("newrelic-key", r"\bNR(?:AK|II|IQ|JS)-[A-Za-z0-9_-]{19,32}(?![\w-])|\bNRAA-[a-f0-9]{27}\b|\bNRRA-[a-f0-9]{42}\b"),
+    ("newrelic-license-key", r"\b[a-f0-9]{36}NRAL\b"),
+    ("pixie-key", r"\bpx-(?:api|dep)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
     ("atlassian-token", r"\bATATT3[\w=-]{150,300}"),
     ("dynatrace-token", r"\bdt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}\b"),
     ("rubygems-key", r"\brubygems_[a-f0-9]{48}\b"),
@@ -141,6 +148,12 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("adobe-client-secret", r"\bp8e-[A-Za-z0-9]{32}\b"),
     ("dropbox-token", r"\bsl\.[A-Za-z0-9_=-]{135,1400}"),
     ("lob-key", r"\b(?:live|test)_(?:pub_)?[a-f0-9]{35}\b"),
+    ("jina-key", r"\bjina_[A-Za-z0-9]{60}\b"),
+    ("cratesio-token", r"\bcio[A-Za-z0-9]{32}\b"),
+    ("truenas-key", r"\b\d{1,5}-[A-Za-z0-9]{64}\b"),
+    ("segment-token", r"\bsgp_[A-Za-z0-9]{64}\b"),
+    ("mandrill-key", r"\bmd-[A-Za-z0-9_-]{22}(?![\w-])"),
+    ("ubidots-token", r"\bBBFF-[A-Za-z0-9]{30}\b"),
 )
 
 SECRET_KINDS = tuple(
@@ -379,6 +392,7 @@ def _is_prose(value: str) -> bool:
 
 _PASSWORD_SUFFIXES = ("password", "passwd", "passphrase")
 _PASSWORD_LAST = frozenset({"pwd", "pass", "pw"})  # only as the name's last part: DB_PASS, MYSQL_PWD
+_TOKEN_LAST = "pat"  # a personal access token, only as the name's last part: AZURE_DEVOPS_EXT_PAT (not `pat_count`)
 _JOINED_PASSWORD_END = "pwd"  # also closing a joined last part: `cloudantpwd`, `ibmpwd` (not `pass`: `bypass`, `compass`)
 _JOINED_KEY_LONGEST = 12  # `iamkey`, `slkey`: a short joined `…key` is a generic key name (not `primarykeycolumn`)
 _STRONG_SUFFIXES = (*_PASSWORD_SUFFIXES, "secret", "token", "credential", "credentials", "apikey")
@@ -404,6 +418,13 @@ _NOT_SECRET_BEFORE = frozenset(
 _NOT_SECRET_KEY_QUALIFIERS = frozenset(  # database and storage keys: `bucket_key`, `primaryKey`, `schemaKey`
     "bucket foreign primary public pub schema sequence partition natural".split()
 )
+_DIGEST_KEY_QUALIFIERS = _NOT_SECRET_KEY_QUALIFIERS | frozenset(  # `<word>_key` holding a digest or an id, not an API key
+    "cache etag hash digest checksum dedup dedupe idempotency lookup sort record object file blob content request "
+    "message event cursor index shard routing group lock commit build artifact image layer chunk page item entry "
+    "storage project tenant user account org organization customer device instance resource node workspace team "
+    "region zone".split()
+)
+_VENDOR_NAME_SHORTEST = 4  # `zenkit_key`, `tomtomKey`; not `cl_key` (a two-letter prefix says too little)
 _CAMEL_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])|([A-Z]+)([A-Z][a-z])")
 
 _NONE, _WEAK, _STRONG = 0, 1, 2
@@ -430,7 +451,9 @@ def _name_strength(name: str) -> int:
     best, last_index = _NONE, -1
     for index, part in enumerate(parts):
         last = index == len(parts) - 1
-        if part.endswith(_STRONG_SUFFIXES) or (last and (part in _PASSWORD_LAST or part.endswith(_JOINED_PASSWORD_END))):
+        if part.endswith(_STRONG_SUFFIXES) or (
+            last and (part in _PASSWORD_LAST or part == _TOKEN_LAST or part.endswith(_JOINED_PASSWORD_END))
+        ):
             strength = _STRONG
         elif part == "key":
             if index and parts[index - 1] in _NOT_SECRET_KEY_QUALIFIERS:
@@ -549,6 +572,8 @@ def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
         return sum(c.isupper() for c in body) >= 8 and sum(c.islower() for c in body) >= 8
     if kind == "clickhouse-key":  # not 42 hex digits of a digest
         return any(c.isupper() for c in token)
+    if kind in ("truenas-key", "mandrill-key", "cratesio-token"):  # random mixed case, not a hex digest or a word
+        return _has_letter_and_digit(m) and any(c.isupper() for c in token[3:]) and any(c.islower() for c in token[3:])
     if kind in ("octopus-key", "discord-token", "telegram-token", "onepassword-secret-key", "maxmind-key"):
         return _has_letter_and_digit(m)
     if kind == KIND_SLACK:  # not `xoxp-1234567890` nor a prefix whose secret part is `####`
@@ -592,6 +617,8 @@ _TOKEN_TRIGGERS = {  # a literal part of every token of the kind, for patterns w
     "plaid-token": "-sandbox-|-development-|-production-",
     "harness-pat": r"at\.",
     "mapbox-token": r"k\.",
+    "newrelic-license-key": "nral",
+    "truenas-key": r"-[a-z0-9]{64}",
 }
 
 
@@ -626,11 +653,14 @@ def _accept_value_below_name(m: re.Match[str]) -> bool:
 
 
 def _accept_spaced_value(m: re.Match[str]) -> bool:
-    """`softlayer-api-key <value>`: only under a strong name and for a value as random as a key or a long hex."""
+    """`softlayer-api-key <value>`: only under a strong name and for a value as random as a key or a long hex;
+    under a password name (`ldap_bind_pw Ld4pB1nd`), letters with digits or symbols."""
     name, value = m.group("name"), m.group("value")
     if _name_strength(name) != _STRONG or _is_excluded_value(value) or _names_a_secret(value, name):
         return False
-    return _looks_like_key(value)
+    if _is_password_name(name):
+        return _accept_prose_password_value(value)
+    return bool(_TOKEN_CHARS.fullmatch(value)) and _looks_like_key(value)
 
 
 def _accept_name_value_pair(m: re.Match[str]) -> bool:
@@ -656,8 +686,11 @@ _PROSE_SYMBOLS = frozenset("!@#$%^&*+=~?")
 
 
 def _accept_prose_password(m: re.Match[str]) -> bool:
+    return _accept_prose_password_value(m.group("value"))
+
+
+def _accept_prose_password_value(value: str) -> bool:
     """`the password is Kestrel-4471`: a value with letters and digits (or symbols), not a word like `required`."""
-    value = m.group("value")
     if _is_excluded_value(value) or "://" in value:
         return False
     has_letter = any(c.isalpha() for c in value)
@@ -670,6 +703,21 @@ def _accept_prose_token(m: re.Match[str]) -> bool:
     if _is_excluded_value(value):
         return False
     return _looks_like_key(value)
+
+
+def _accept_spaced_prose_key(m: re.Match[str]) -> bool:
+    """A key-like value right after `token`/`api key`, unless the word before says digest or id (`cache key <hex>`)."""
+    before = _WORD_BEFORE.search(m.string, max(0, m.start() - 40), m.start())
+    qualifier = before.group(1).lower() if before else ""
+    value = m.group("value")
+    if qualifier in _NOT_KEY_QUALIFIERS or qualifier in _NOT_SECRET_BEFORE or _is_excluded_value(value):
+        return False
+    return _looks_like_key(value) and not value.startswith(_SSH_PUBLIC_KEY_BODIES)
+
+
+_WORD_BEFORE = re.compile(r"([A-Za-z]+)[ \t_-]*$")
+_NOT_KEY_QUALIFIERS = _DIGEST_KEY_QUALIFIERS | {"host", "ssh", "gpg", "pgp", "kms", "known"}  # keys that are not secrets
+_SSH_PUBLIC_KEY_BODIES = ("AAAAB3NzaC1", "AAAAC3NzaC1", "AAAAE2VjZHNh")
 
 
 def _looks_like_key(value: str) -> bool:
@@ -720,11 +768,17 @@ def _is_yaml_literal(m: re.Match[str]) -> bool:
     return (not rest or rest.startswith("#")) and bool(_YAML_INDENT.fullmatch(text, newline_before + 1, m.start()))
 
 
+def _inside_placeholder(text: str, position: int) -> bool:
+    """`[REDACTED:openai-key]=…`: a placeholder's kind names no credential (else redacting twice differs)."""
+    opened = text.rfind("[REDACTED:", max(0, position - 40), position)
+    return opened >= 0 and "]" not in text[opened:position]
+
+
 def _accept_assignment(m: re.Match[str]) -> bool:
     """A value assigned to a secret-like name, judged by the form of the assignment and the value's look."""
     name = m.group("name")
     strength = _name_strength(name)
-    if strength == _NONE:
+    if strength == _NONE or _inside_placeholder(m.string, m.start()):
         return False
     group = next(g for g in _KV_VALUE_GROUPS if m.group(g) is not None)
     value = m.group(group)
@@ -744,13 +798,29 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         following = m.string[m.end() : m.end() + 1]
         if _looks_like_code(value, following) and not _is_yaml_literal(m) and not _is_random_identifier(value):
             return False  # a variable (`refresh_token_v2`), unless it is as random as a key: `kucoinToken = x7k2_p9q…`
-    if strength == _WEAK:
-        return "/" not in value and _looks_random(value)  # not `key = "datasets/2019/part-0.parquet"`
+    if strength == _WEAK:  # not `key = "datasets/2019/part-0.parquet"`
+        return "/" not in value and (_looks_random(value) or _is_vendor_hex_key(name, value))
     if _is_password_name(name) and (group == "v_bare" or env_style):
         return True  # a .env or shell password may be a phrase: `KEYSTORE_PASSWORD='my secret pass 9'`
     if group == "v_bare" and env_style:
         return True
     return _is_named_credential(name, value)
+
+
+
+
+def _is_vendor_hex_key(name: str, value: str) -> bool:
+    """`zenkit_key = <32 hex>`, `postageapp_key: <uuid>`: many vendors issue hex or UUID API keys; such a value
+    under `<vendor>_key` is one, unless the word before `key` says digest or id (`cache_key`, `tenant_key`)."""
+    if not (32 <= len(value) <= 64 and _HEX_OR_UUID.match(value)):
+        return False
+    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+        return False
+    parts = _name_parts(name)
+    if not parts or not parts[-1].endswith("key"):
+        return False
+    qualifier = parts[-1][:-3] or (parts[-2] if len(parts) > 1 else "")
+    return len(qualifier) >= _VENDOR_NAME_SHORTEST and qualifier.isalpha() and qualifier not in _DIGEST_KEY_QUALIFIERS
 
 
 def _is_named_credential(name: str, value: str) -> bool:
@@ -795,6 +865,15 @@ def _is_command_password(user: str, value: str) -> bool:
     return _is_password_slot(user, value) and not _VALUE_WORD.match(value)
 
 
+def _is_encoded_private_key(m: re.Match[str]) -> bool:
+    head = m.group(0)[:80]
+    try:
+        decoded = base64.b64decode(head[: len(head) // 4 * 4])
+    except binascii.Error:
+        return False
+    return b"PRIVATE KEY" in decoded
+
+
 def _has_key_body(m: re.Match[str]) -> bool:
     """A PEM block with a base64 body; `-----BEGIN … PRIVATE KEY----------END …` is an empty template."""
     return bool(_KEY_BODY.search(m.group(0)))
@@ -820,7 +899,10 @@ def _trigger(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-_NAME_WORD = _trigger("pass|pw|secret|token|credential|key")  # in every name `_name_strength` accepts
+_RARE_COMMANDS = _trigger(  # one scan for the rules of rare commands and forms, each then judged on these lines only
+    "psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify|networkcredential|directoryentry|unseal|/api/v1/"
+)
+_NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|_pat\b|-pat\b")  # in every name `_name_strength` accepts
 
 
 _RULES: tuple[_Rule, ...] = (
@@ -832,6 +914,12 @@ _RULES: tuple[_Rule, ...] = (
             r"|(?:\s|\\n)+[A-Za-z0-9+/=\s\\:,-]{40,12000})"  # a block cut short (trimmed output): its base64 body
         ),
         accept=_has_key_body,
+    ),
+    _Rule(  # a PEM private key encoded once more in base64 (Kubernetes `tls.key:`, CI variables): `LS0tLS1CRUdJTi…`
+        KIND_PRIVATE_KEY,
+        re.compile(r"\bLS0tLS1CRUdJTi[A-Za-z0-9+/]{40,16000}={0,2}"),
+        accept=_is_encoded_private_key,
+        trigger=_trigger("ls0tls1crudjti"),
     ),
     *_provider_rules(),
     _Rule(
@@ -876,7 +964,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(
             r"(?i)\b(?:proxy-)?authorization\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?"
-            r"(?P<scheme>(?:bearer|basic|token|bot|digest|apikey|sso-key|ssws)[ \t]+)?"
+            r"(?P<scheme>(?:bearer|basic|token|bot|digest|api-?key|sso-key|ssws)[ \t]+)?"
             r"(?P<value>[A-Za-z0-9._~+/=-]{8,4096})"
         ),
         ("value",),
@@ -957,6 +1045,50 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
         _trigger("sshpass"),
     ),
+    _Rule(  # PsExec \\host -u user -p PASS; slcli config setup -u user -k KEY; cargo login TOKEN; ngrok add-authtoken TOKEN
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)(?:\b(?:psexec(?:64)?|paexec)(?:\.exe)?\b[^\n|;&]{0,200}?[ \t]-p|\bslcli\b[^\n|;&]{0,200}?[ \t](?:-k|--api-key)"
+            r"|\b(?:cargo|wandb)[ \t]+login|\bngrok[ \t]+(?:config[ \t]+)?add-authtoken|\bsnyk[ \t]+auth"
+            r"|\bdoctl[ \t]+auth[ \t]+init[ \t]+(?:-t|--access-token)|\bnetlify\b[^\n|;&]{0,100}?[ \t]--auth)[ \t]+" + _SHELL_WORD
+        ),
+        ("dq", "sq", "bare"),
+        lambda m: not _first_group(m, "dq", "sq", "bare").startswith("-") and not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+        _RARE_COMMANDS,
+    ),
+    _Rule(  # .NET: new NetworkCredential("user", "PASS"), new DirectoryEntry("LDAP://…", "user", "PASS")
+        KIND_PASSWORD,
+        re.compile(
+            r"\b(?:NetworkCredential\([ \t]*|DirectoryEntry\([ \t]*\"[^\"\n]{0,200}\"[ \t]*,[ \t]*)"
+            r"\"[^\"\n]{0,100}\"[ \t]*,[ \t]*@?\"(?P<value>[^\"\n]{1,256})\""
+        ),
+        ("value",),
+        _accept_literal,
+        _RARE_COMMANDS,
+    ),
+    _Rule(  # log in with ops / PASS; the DB creds are app_rw:PASS
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)\b(?:log[ \t-]?in|sign[ \t-]?in)[ \t]+(?:with|as|using)[ \t]+[\w.@-]{1,64}[ \t]*/[ \t]*(?P<slash>[^\s\"'`]{5,63}[^\s\"'`.,;:)!?])"
+            r"|\b(?:creds|credentials|login)\b[^\n:=]{0,30}?[ \t](?P<user>[\w.@-]{1,64}):(?P<colon>[^\s:@/\"'`]{5,63}[^\s:@/\"'`.,;)!?])"
+        ),
+        ("slash", "colon"),
+        lambda m: _accept_prose_password_value(m.group("slash") or m.group("colon")),
+        _trigger("log|sign|cred"),
+    ),
+    _Rule(  # Vault's `operator init` output: Unseal Key 1: <base64>
+        "vault-token",
+        re.compile(r"(?i)\bunseal[ \t]+key(?:[ \t]+\d{1,2})?:[ \t]+(?P<value>[A-Za-z0-9+/]{40,90}={0,2})"),
+        ("value",),
+        trigger=_RARE_COMMANDS,
+    ),
+    _Rule(  # ThingsBoard device API: /api/v1/<access token>/telemetry
+        KIND_PASSWORD,
+        re.compile(r"/api/v1/(?P<value>[A-Za-z0-9]{20})/(?:telemetry|attributes|rpc|claim)\b"),
+        ("value",),
+        lambda m: _looks_random(m.group("value")),
+        _RARE_COMMANDS,
+    ),
     _Rule(  # requests' auth=("user", "PASS"), HTTPBasicAuth("user", "PASS")
         KIND_PASSWORD,
         re.compile(
@@ -1020,11 +1152,21 @@ _RULES: tuple[_Rule, ...] = (
         _accept_prose_token,
         _NAME_WORD,
     ),
+    _Rule(  # `datadog: api_key 6459…`, `the gitter token 298e…`, `trello key b36e… token 629a…`: a name, blanks, a key
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)\b(?P<name>api[ _-]?(?:key|secret)|secret|token|key)[ \t]+"
+            r"(?P<value>[A-Za-z0-9+/=_.~-]{20,400}[A-Za-z0-9=_~-])(?=$|[\s,;)])"
+        ),
+        ("value",),
+        _accept_spaced_prose_key,
+        _NAME_WORD,
+    ),
     _Rule(  # a config line `cloudant_password   <value>`: a joined name, blanks, a key-like value, nothing after
         KIND_PASSWORD,
         re.compile(
             r"(?m)^[ \t]*(?P<name>[A-Za-z][A-Za-z0-9]{0,40}(?:[_-][A-Za-z0-9]{1,40}){1,6})[ \t]+"
-            r"[\"']?(?P<value>[A-Za-z0-9+/=_.~-]{16,400})[\"']?[ \t]*$"
+            r"[\"']?(?P<value>[^\s\"']{6,400})[\"']?[ \t]*$"
         ),
         ("value",),
         _accept_spaced_value,
@@ -1124,7 +1266,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(
             r"(?<![A-Za-z0-9_])"
-            r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key))"  # cheap pre-filter on the name
+            r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key|pat(?![A-Za-z0-9])))"  # cheap pre-filter on the name
             r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?|\])?"  # `"key": `, `["KEY"] = `, `[key]:`
             r"(?:[ \t]*:[ \t]*[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=])"  # a type: `password: str = `
             r"|[ \t]+(?:string|String|str|\[\]byte)(?=[ \t]*=[^=]))?"  # Go: `var apiToken string = `
