@@ -591,11 +591,14 @@ class _Queries:
     def indexed_paths(self) -> list[dict[str, Any]]:
         return self.query("SELECT path, partition_key, session_ids FROM source_files")
 
-    def sessions_of_partition(self, partition_key: str) -> list[str]:
-        value = self.scalar(
-            "SELECT session_ids FROM source_files WHERE partition_key = ? AND status = 'indexed'", [partition_key]
-        )
-        return list(value or [])
+    def sessions_of_partitions(self, partition_keys: Sequence[str]) -> list[str]:
+        """The sessions of these files' partitions, in the order of the keys (one query however many)."""
+        found = dict(self.conn.execute(
+            "SELECT partition_key, session_ids FROM source_files WHERE partition_key IN (SELECT unnest(?)) "
+            "AND status = 'indexed'",
+            [list(partition_keys)],
+        ).fetchall())
+        return [session for key in partition_keys for session in found.get(key) or []]
 
     def message_keys(self, session_id: str) -> list[str]:
         rows = self.conn.execute(
