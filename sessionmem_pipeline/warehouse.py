@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import json
 import math
 import os
@@ -131,12 +132,21 @@ def extension_path(name: str) -> Path:
     return path
 
 
+_extensions_verified = False
+"""Whether this process has loaded vss and fts once with DuckDB's signature check. The check hashes the 44 MB of
+extension files again in every new connection (170 ms of CPU: each writer step of a Dagster run opens one);
+later connections in the process load the same files, already verified, without it."""
+
+
 def _extension_connection(*, extensions: bool = True) -> duckdb.DuckDBPyConnection:
-    conn = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    global _extensions_verified
+    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    conn = duckdb.connect(":memory:", config={**config, "allow_unsigned_extensions": _extensions_verified})
     if extensions:
         for name in ("vss", "fts"):
             conn.execute(f"LOAD '{extension_path(name)}'")
         conn.execute("SET hnsw_enable_experimental_persistence = true")
+        _extensions_verified = True
     return conn
 
 
@@ -507,10 +517,28 @@ def collapsed_from_row(row: Mapping[str, Any]) -> CollapsedMessage:
     )
 
 
+_value_tables = itertools.count()
+"""Names of the registered value tables (`_Queries._values`), unique within the process."""
+
+
 class _Queries:
     """Named reads of the canonical tables, shared by the writer (Warehouse) and readers (Snapshot)."""
 
     conn: duckdb.DuckDBPyConnection
+
+    @contextlib.contextmanager
+    def _values(self, values: Sequence[Any]) -> Iterator[str]:
+        """`values` as a registered one-column (`v`) Arrow table, for `IN (SELECT v FROM <name>)`: DuckDB's Python
+        client binds a list parameter value by value, trying to import pandas for each (80 ms of CPU for 1,000
+        ids where pandas is not installed, 2 ms through Arrow)."""
+        import pyarrow as pa
+
+        name = f"_values_{next(_value_tables)}"
+        self.conn.register(name, pa.table({"v": pa.array(list(values))}))
+        try:
+            yield name
+        finally:
+            self.conn.unregister(name)
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         cursor = self.conn.execute(sql, params or [])
@@ -591,11 +619,14 @@ class _Queries:
     def indexed_paths(self) -> list[dict[str, Any]]:
         return self.query("SELECT path, partition_key, session_ids FROM source_files")
 
-    def sessions_of_partition(self, partition_key: str) -> list[str]:
-        value = self.scalar(
-            "SELECT session_ids FROM source_files WHERE partition_key = ? AND status = 'indexed'", [partition_key]
-        )
-        return list(value or [])
+    def sessions_of_partitions(self, partition_keys: Sequence[str]) -> list[str]:
+        """The sessions of these files' partitions, in the order of the keys (one query however many)."""
+        found = dict(self.conn.execute(
+            "SELECT partition_key, session_ids FROM source_files WHERE partition_key IN (SELECT unnest(?)) "
+            "AND status = 'indexed'",
+            [list(partition_keys)],
+        ).fetchall())
+        return [session for key in partition_keys for session in found.get(key) or []]
 
     def message_keys(self, session_id: str) -> list[str]:
         rows = self.conn.execute(
@@ -762,10 +793,13 @@ class _Queries:
         return {digest: list(topics) for digest, topics in rows}
 
     def cached_embeddings(self, model: str, text_hashes: Sequence[str]) -> dict[str, list[float]]:
-        rows = self.conn.execute(
-            "SELECT text_hash, embedding FROM embedding_cache WHERE model = ? AND text_hash IN (SELECT unnest(?))",
-            [model, list(text_hashes)],
-        ).fetchall()
+        if not text_hashes:
+            return {}
+        with self._values(text_hashes) as wanted:
+            rows = self.conn.execute(
+                f"SELECT text_hash, embedding FROM embedding_cache WHERE model = ? AND text_hash IN (SELECT v FROM {wanted})",
+                [model],
+            ).fetchall()
         return {text_hash: vector for text_hash, vector in rows}
 
 
@@ -829,9 +863,28 @@ class Warehouse(_Queries):
             self.conn.unregister(view)
         return arrow.num_rows
 
+    def set_session_topics(self, topics: Mapping[str, Sequence[str]]) -> None:
+        """Each session's topics, in one statement (call inside a transaction)."""
+        import pyarrow as pa
+
+        if not topics:
+            return
+        table = pa.table(
+            {"session_id": list(topics), "topics": [list(tags) for tags in topics.values()]},
+            schema=pa.schema([("session_id", pa.string()), ("topics", pa.list_(pa.string()))]),
+        )
+        self.conn.register("_incoming_topics", table)
+        try:
+            self.conn.execute(
+                "UPDATE sessions SET topics = t.topics FROM _incoming_topics t WHERE sessions.session_id = t.session_id"
+            )
+        finally:
+            self.conn.unregister("_incoming_topics")
+
     def delete_where(self, table: str, column: str, values: Sequence[Any]) -> None:
         if values:
-            self.conn.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?))", [list(values)])
+            with self._values(values) as doomed:
+                self.conn.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT v FROM {doomed})")
 
     def replace(self, table: str, column: str, values: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> int:
         """Delete the rows keyed by `values` and insert `rows` (call inside a transaction)."""
@@ -946,31 +999,28 @@ class Warehouse(_Queries):
         docs_scope = "d.session_id IN (SELECT unnest($ids))" if scoped else "TRUE"
         documents = f"""(SELECT doc_id, session_id, text, md5(coalesce(text, '')) AS doc_hash
                          FROM ({spec.documents.format(scope=rows_scope, previous_chars=previous_chars)}))"""
-        gone = {
-            "gone": [
-                row[0]
-                for row in self.conn.execute(
-                    f"""SELECT d.doc_key FROM kw_docs d WHERE d.corpus = $corpus AND {docs_scope} AND NOT EXISTS (
-                            SELECT 1 FROM {documents} x WHERE x.doc_id = d.doc_id AND x.doc_hash = d.doc_hash)""",
-                    params,
-                ).fetchall()
-            ]
-        }
-        if gone["gone"]:
-            self.conn.execute(
-                """UPDATE kw_terms SET df = df - g.n FROM (
-                       SELECT term_id, count(*) AS n FROM kw_postings WHERE doc_key IN (SELECT unnest($gone))
-                       GROUP BY term_id) g
-                   WHERE kw_terms.term_id = g.term_id""",
-                gone,
-            )
-            self.conn.execute(  # terms no document holds any more, as a build from scratch would not have them
-                """DELETE FROM kw_terms WHERE df = 0 AND term_id IN (
-                       SELECT DISTINCT term_id FROM kw_postings WHERE doc_key IN (SELECT unnest($gone)))""",
-                gone,
-            )
-            self.conn.execute("DELETE FROM kw_postings WHERE doc_key IN (SELECT unnest($gone))", gone)
-            self.conn.execute("DELETE FROM kw_docs WHERE doc_key IN (SELECT unnest($gone))", gone)
+        gone = [
+            row[0]
+            for row in self.conn.execute(
+                f"""SELECT d.doc_key FROM kw_docs d WHERE d.corpus = $corpus AND {docs_scope} AND NOT EXISTS (
+                        SELECT 1 FROM {documents} x WHERE x.doc_id = d.doc_id AND x.doc_hash = d.doc_hash)""",
+                params,
+            ).fetchall()
+        ]
+        if gone:
+            with self._values(gone) as keys:
+                self.conn.execute(
+                    f"""UPDATE kw_terms SET df = df - g.n FROM (
+                           SELECT term_id, count(*) AS n FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys})
+                           GROUP BY term_id) g
+                       WHERE kw_terms.term_id = g.term_id"""
+                )
+                self.conn.execute(  # terms no document holds any more, as a build from scratch would not have them
+                    f"""DELETE FROM kw_terms WHERE df = 0 AND term_id IN (
+                           SELECT DISTINCT term_id FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys}))"""
+                )
+                self.conn.execute(f"DELETE FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys})")
+                self.conn.execute(f"DELETE FROM kw_docs WHERE doc_key IN (SELECT v FROM {keys})")
         added = self.conn.execute(
             f"""INSERT INTO kw_docs
                 SELECT $corpus, {content_key('$corpus', 'doc_id', 'doc_hash')}, doc_id, session_id, NULL, doc_hash FROM {documents} x

@@ -218,3 +218,24 @@ def test_sigkill_mid_write_keeps_every_committed_row_and_the_hnsw_index(tmp_path
                 [sample["embedding"]],
             )
             assert nearest == sample["chunk_id"]
+
+
+def test_extension_signatures_are_checked_by_the_first_connection_of_a_process_only(tmp_path: Path) -> None:
+    """Later connections skip DuckDB's signature check of files the first one verified, and still have both
+    extensions (stemming for the keyword index, an HNSW index that persists)."""
+    script = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from sessionmem_pipeline.warehouse import connect
+        setting = "SELECT current_setting('allow_unsigned_extensions')"
+        first = connect(Path({str(tmp_path / "w.duckdb")!r}))
+        second = connect(Path({str(tmp_path / "w.duckdb")!r}).with_name("other.duckdb"))
+        second.execute("CREATE TABLE v AS SELECT [1.0, 0.0]::FLOAT[2] AS e")
+        second.execute("CREATE INDEX v_hnsw ON v USING HNSW (e)")
+        print(first.execute(setting).fetchone()[0], second.execute(setting).fetchone()[0],
+              second.execute("SELECT stem('running', 'porter')").fetchone()[0])
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True", "run"]

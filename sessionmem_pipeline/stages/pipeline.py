@@ -234,9 +234,7 @@ def collapse(ctx: StageContext, report: StageReport) -> None:
     def write(results: dict[str, dict[str, Any]]) -> None:
         write_collapsed(ctx.wh, {session_id: result["rows"] for session_id, result in results.items()})
 
-    for session_id in _commit(ctx, COLLAPSE, work, report, compute, write):
-        report.collapsed += 1
-        report.count(session_id, "collapsed")
+    report.collapsed += len(_commit(ctx, COLLAPSE, work, report, compute, write))
 
 
 def chunk(ctx: StageContext, report: StageReport) -> None:

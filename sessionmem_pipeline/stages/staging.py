@@ -116,7 +116,7 @@ def compute_sessions(
         if partition_keys is None:
             sessions = [row["session_id"] for row in snapshot.query("SELECT session_id FROM sessions")]
         else:
-            sessions = [s for key in partition_keys for s in snapshot.sessions_of_partition(key)]
+            sessions = snapshot.sessions_of_partitions(partition_keys)
         state = _stage_state(snapshot, sessions)
         run = _Compute(settings, providers, stage_keys(settings, providers), summarize, now or datetime.now(UTC))
         in_flight = requests_at_once(providers.llm) if providers.llm is not None else 1

@@ -147,8 +147,7 @@ def write_chunks(wh: Warehouse, results: Mapping[str, Mapping[str, Any]], now: d
     fresh = {(row["model"], row["content_hash"]): row for r in results.values() for row in r["fresh_topics"]}
     known = wh.cached_topics(next(iter(fresh))[0], [digest for _, digest in fresh]) if fresh else {}
     wh.insert("topic_cache", [{**row, "created_at": now} for (_, digest), row in fresh.items() if digest not in known])
-    for session_id, result in results.items():
-        wh.conn.execute("UPDATE sessions SET topics = ? WHERE session_id = ?", [result["session_topics"], session_id])
+    wh.set_session_topics({session_id: result["session_topics"] for session_id, result in results.items()})
     wh.sync_keyword_index("chunks", sessions)
     outcome = TransformOutcome()
     for result in results.values():
