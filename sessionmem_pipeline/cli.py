@@ -228,6 +228,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"quarantined: {item['path']}: {item['reason']}")
     for problem in status["source_problems"]:
         print(f"source problem ({problem['kind']}): {problem['path']}: {problem['detail']}")
+    for batch in status["provider_batches"]:
+        print(
+            f"provider batch {batch['batch_id'] or batch['local_id']} ({batch['stage']}): {batch['status']}, "
+            f"{batch['requests']} requests for {batch['chunks']} chunks, sent {local_time(batch['created_at'], settings.timezone)}"
+        )
     if status["excluded"]:
         print(f"kept out by privacy rules: {len(status['excluded'])} sessions (status --json lists them)")
     if status["seconds_per_session"] is not None:

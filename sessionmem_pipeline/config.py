@@ -50,6 +50,8 @@ DEFAULTS: dict[str, Any] = {
     "embedding.batch_size": 64,
     "embedding.api_key": None,
     "embedding.max_in_flight": 4,  # remote embedders: requests sent at once (a remote API is latency-bound)
+    "embedding.batch_api": False,  # remote embedders: a large backlog goes through the provider's Batch API
+    "embedding.batch_min_backlog": 1000,  # texts to embed below which plain requests are used
     "llm.provider": "none",
     "llm.model": "gpt-4o-mini",
     "llm.base_url": None,

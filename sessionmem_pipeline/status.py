@@ -121,6 +121,7 @@ def read_status(settings: Settings) -> dict[str, Any]:
         skipped_sessions = _skipped_sessions(conn)
         problems = _optional_rows(conn, SOURCE_PROBLEMS_SQL)
         excluded = _optional_rows(conn, EXCLUDED_SQL)
+        waiting_batches = _optional_rows(conn, WAITING_BATCHES_SQL)
         model = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
         topics = conn.execute(
             """SELECT topic, count(*) AS n FROM (SELECT unnest(topics) AS topic FROM chunks)
@@ -150,6 +151,7 @@ def read_status(settings: Settings) -> dict[str, Any]:
         "excluded": excluded,
         "sessions_source_missing": source_missing,
         "stale_stages": stale,
+        "provider_batches": waiting_batches,
         "last_writer": read_run_marker(warehouse),
         "searches": search_metrics(warehouse),
     }
@@ -177,6 +179,14 @@ def _optional_rows(conn: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, 
 
 
 SOURCE_PROBLEMS_SQL = "SELECT root, path, kind, detail, recorded_at FROM source_problems ORDER BY root, path"
+WAITING_BATCHES_SQL = """
+    SELECT b.stage, b.local_id, b.batch_id, b.status, b.requests, b.created_at, b.checked_at,
+           (SELECT count(*) FROM chunks c WHERE c.context_hash IN (
+               SELECT r.input_fp FROM provider_batch_requests r WHERE r.local_id = b.local_id)) AS chunks
+    FROM provider_batches b
+    WHERE b.status IN ('preparing', 'validating', 'in_progress', 'finalizing', 'cancelling')
+    ORDER BY b.created_at"""
+"""Batches sent to the provider's Batch API that have not been answered yet (stages/provider_batches.py)."""
 EXCLUDED_SQL = "SELECT path, session_id, reason, excluded_at FROM excluded_sessions ORDER BY path, session_id"
 
 
@@ -221,10 +231,17 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
         conn_model = model_row[0] if model_row else None
         last_indexed = conn.execute("SELECT max(last_indexed_at) FROM source_files").fetchone()[0]
         source_problems = [p for p in _optional_rows(conn, SOURCE_PROBLEMS_SQL) if p["kind"] != "missing_root"]
+        waiting_batches = _optional_rows(conn, WAITING_BATCHES_SQL)
     finally:
         conn.close()
     if chunks and not fts:
         errors.append("keyword index missing: run `sessionmem index`")
+    if waiting_batches:
+        owed = sum(batch["chunks"] for batch in waiting_batches)
+        problems.append(
+            f"{owed} chunks wait for {len(waiting_batches)} batches of the provider's Batch API (found by keyword "
+            f"meanwhile; the oldest sent {waiting_batches[0]['created_at']:%Y-%m-%d %H:%M}): `sessionmem index` polls them"
+        )
     if embedded < chunks:
         problems.append(f"{chunks - embedded} of {chunks} chunks have no embedding ({failures} failed)")
     if quarantined:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import pyarrow as pa  # imported by the writer only (insert): readers do not pay for it
 
 DATABASE = "wh"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -230,6 +230,14 @@ MIGRATIONS: dict[int, list[str]] = {
         # a warehouse with no documents yet is complete as it is; an older one is indexed once (ensure_keyword_index)
         """INSERT INTO meta SELECT 'kw_built', '1'
            WHERE NOT EXISTS (FROM chunks) AND NOT EXISTS (FROM session_summaries) AND NOT EXISTS (FROM memories)""",
+    ],
+    7: [  # work sent to a provider's Batch API (stages/provider_batches.py): recorded before it is submitted
+        """CREATE TABLE provider_batches (
+            local_id VARCHAR, stage VARCHAR, model VARCHAR, endpoint VARCHAR, batch_id VARCHAR, input_file_id VARCHAR,
+            status VARCHAR, requests INTEGER, results INTEGER, error VARCHAR, created_at TIMESTAMPTZ,
+            submitted_at TIMESTAMPTZ, checked_at TIMESTAMPTZ, finished_at TIMESTAMPTZ)""",
+        # each request line of a batch: its custom_id and the fingerprint of the input it was made from
+        "CREATE TABLE provider_batch_requests (local_id VARCHAR, custom_id VARCHAR, input_fp VARCHAR)",
     ],
 }
 
@@ -1045,6 +1053,56 @@ class Warehouse(_Queries):
             self.conn.execute("ALTER TABLE kw_postings_sorted RENAME TO kw_postings")
             self.set_meta("kw_unsorted_postings", "0")
         return True
+
+    # -- provider batches (stages/provider_batches.py) --
+
+    def record_provider_batch(self, batch: Mapping[str, Any], requests: Mapping[str, str]) -> None:
+        """A batch about to be submitted, with what each custom_id stands for (its input fingerprint)."""
+        with self.transaction():
+            self.insert("provider_batches", [batch])
+            self.insert(
+                "provider_batch_requests",
+                [{"local_id": batch["local_id"], "custom_id": c, "input_fp": fp} for c, fp in requests.items()],
+            )
+            self.bump_generation()
+
+    def update_provider_batch(self, local_id: str, **changes: Any) -> None:
+        """Columns of one recorded batch (status, provider ids, times): its own transaction, committed at once."""
+        assignments = ", ".join(f"{column} = ?" for column in changes)
+        with self.transaction():
+            self.conn.execute(
+                f"UPDATE provider_batches SET {assignments} WHERE local_id = ?", [*changes.values(), local_id]
+            )
+            self.bump_generation()
+
+    def provider_batches_in(self, stage: str, statuses: Sequence[str]) -> list[dict[str, Any]]:
+        return self.query(
+            "SELECT * FROM provider_batches WHERE stage = ? AND status IN (SELECT unnest(?)) ORDER BY created_at",
+            [stage, list(statuses)],
+        )
+
+    def provider_batch_requests(self, local_id: str) -> dict[str, str]:
+        """custom_id -> input fingerprint of one batch."""
+        rows = self.conn.execute(
+            "SELECT custom_id, input_fp FROM provider_batch_requests WHERE local_id = ?", [local_id]
+        ).fetchall()
+        return dict(rows)
+
+    def inputs_in_provider_batches(self, stage: str, statuses: Sequence[str]) -> set[str]:
+        """Input fingerprints that batches of `stage` in these statuses were made for."""
+        rows = self.conn.execute(
+            """SELECT DISTINCT r.input_fp FROM provider_batch_requests r JOIN provider_batches b USING (local_id)
+               WHERE b.stage = ? AND b.status IN (SELECT unnest(?))""",
+            [stage, list(statuses)],
+        ).fetchall()
+        return {fp for (fp,) in rows}
+
+    def chunk_context_hashes(self, text_hashes: Sequence[str]) -> set[str]:
+        """Those of these context hashes that some chunk still has (the others' text is gone)."""
+        rows = self.conn.execute(
+            "SELECT DISTINCT context_hash FROM chunks WHERE context_hash IN (SELECT unnest(?))", [list(text_hashes)]
+        ).fetchall()
+        return {digest for (digest,) in rows}
 
     # -- durable stage state --
 

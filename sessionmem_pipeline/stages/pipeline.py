@@ -20,10 +20,12 @@ from typing import Any
 
 from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
 from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
+from sessionmem_pipeline.providers.embedders import OpenAIEmbedder
 from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
 from sessionmem_pipeline.stages.memories import find_memory_files, ingest_memories
 from sessionmem_pipeline.stages.privacy import remove_excluded_sessions
+from sessionmem_pipeline.stages.provider_batches import batch_api_on, batch_backlog
 from sessionmem_pipeline.stages.registry import (
     CHUNK,
     COLLAPSE,
@@ -79,6 +81,9 @@ class StageReport:
     embedded: int = 0
     embeddings_cached: int = 0
     embedding_failures: int = 0
+    batch_submitted: int = 0  # texts sent to the provider's Batch API
+    batch_written: int = 0  # vectors a finished batch gave
+    batch_waiting: int = 0  # chunks whose vector a batch still owes
     summaries_written: int = 0
     memories: int = 0
     memories_embedded: int = 0
@@ -272,7 +277,8 @@ def embed(ctx: StageContext, report: StageReport) -> None:
     staged = staging.read_vectors(ctx.settings, ctx.providers.embedder.model_id)
     embedder = staging.StagedEmbedder(ctx.providers.embedder, staged)
     total = len(ctx.wh.chunks_without_embedding(sessions)) if ctx.wh.get_meta("embedding_model") else 0
-    outcome = embed_sessions(ctx.wh, sessions, embedder, progress=_counter(ctx, "embed", total))
+    leave = _batch_api(ctx, report) if batch_api_on(ctx.settings) else None
+    outcome = embed_sessions(ctx.wh, sessions, embedder, progress=_counter(ctx, "embed", total), leave=leave)
     report.embedded += outcome.embedded
     report.embeddings_cached += outcome.cached
     report.embedding_failures += outcome.failed
@@ -285,6 +291,24 @@ def embed(ctx: StageContext, report: StageReport) -> None:
     if outcome.failed:
         message = f"{outcome.failed} chunks could not be embedded; they are retried on the next run"
         report.errors.append(SessionMemoryError(ErrorType.EMBEDDING_FAILED, message).as_dict())
+
+
+def _batch_api(ctx: StageContext, report: StageReport) -> Callable[[list[dict]], set[str]] | None:
+    """With a remote embedder: what the embed step leaves to the provider's Batch API (polled, and sent the
+    backlog, first)."""
+    real = ctx.providers.embedder
+    if not isinstance(real, OpenAIEmbedder):
+        return None
+
+    def leave(pending: list[dict]) -> set[str]:
+        outcome = batch_backlog(ctx.wh, pending, real, ctx.settings["embedding.batch_min_backlog"], ctx.now)
+        report.batch_submitted += outcome.submitted
+        report.batch_written += outcome.written
+        report.batch_waiting += len({row["chunk_id"] for row in pending if row["context_hash"] in outcome.waiting})
+        report.warnings += outcome.errors
+        return outcome.waiting
+
+    return leave
 
 
 def summarize(ctx: StageContext, report: StageReport) -> None:

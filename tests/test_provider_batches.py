@@ -1,0 +1,183 @@
+"""The embed stage's backlog through the provider's Batch API (`embedding.batch_api`), against a real
+OpenAI-compatible server on 127.0.0.1: a batch is sent and its chunks wait (found by keyword), a later run takes
+its vectors (equal to what plain requests give), a batch that fails or expires falls back to plain requests, and a
+run killed while submitting neither loses nor duplicates the batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from conftest import CORPUS, write_corpus
+from openai_server import BATCHES, EMBEDDINGS, OpenAICompatibleServer, Reply
+
+from sessionmem_pipeline.cli import main
+from sessionmem_pipeline.client import SessionMemory
+from sessionmem_pipeline.config import Settings, load_settings
+from sessionmem_pipeline.stages.registry import FAULT_VARIABLE
+from sessionmem_pipeline.stages.run import index_sources
+from sessionmem_pipeline.status import check_health
+
+SOURCES = ("infra/backups.jsonl", "webshop/search.jsonl")
+
+
+@pytest.fixture
+def server() -> OpenAICompatibleServer:
+    with OpenAICompatibleServer(native_dimensions=64) as running:
+        yield running
+
+
+def configured(base: Path, server: OpenAICompatibleServer, *, batch_api: bool = True) -> Settings:
+    write_corpus(base / "sources", {name: CORPUS[name] for name in SOURCES})
+    config = base / "sessionmem.toml"
+    config.write_text(
+        'warehouse = "w.duckdb"\nsources = ["sources"]\ntimezone = "UTC"\n'
+        f'[embedding]\nprovider = "openai"\nmodel = "test-embed"\nbase_url = "{server.base_url}"\ndimensions = 64\n'
+        f"batch_api = {str(batch_api).lower()}\nbatch_min_backlog = 1\n",
+        encoding="utf-8",
+    )
+    return load_settings(config, env={}, cwd=base, home=base)
+
+
+def vectors(settings: Settings) -> dict[str, list[float]]:
+    with duckdb.connect(str(settings.warehouse), read_only=True) as conn:
+        return dict(conn.execute("SELECT chunk_id, embedding FROM chunk_embeddings").fetchall())
+
+
+def chunk_count(settings: Settings) -> int:
+    with duckdb.connect(str(settings.warehouse), read_only=True) as conn:
+        return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+
+
+def batch_records(settings: Settings) -> list[tuple]:
+    with duckdb.connect(str(settings.warehouse), read_only=True) as conn:
+        return conn.execute(
+            "SELECT batch_id, status, requests, results FROM provider_batches ORDER BY created_at"
+        ).fetchall()
+
+
+def chunk_texts_embedded_plainly(settings: Settings, server: OpenAICompatibleServer) -> int:
+    """Chunk texts sent to /v1/embeddings (summaries are always embedded by plain requests)."""
+    with duckdb.connect(str(settings.warehouse), read_only=True) as conn:
+        chunk_texts = {text for (text,) in conn.execute("SELECT context_content FROM chunks").fetchall()}
+    return sum(text in chunk_texts for r in server.requests_to(EMBEDDINGS) for text in r.body["input"])
+
+
+def test_a_batch_is_sent_its_chunks_wait_by_keyword_and_a_later_run_takes_vectors_equal_to_plain_ones(
+    tmp_path: Path, server: OpenAICompatibleServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = configured(tmp_path / "plain", server, batch_api=False)
+    index_sources(plain)
+    settings = configured(tmp_path / "batched", server)
+    server.requests.clear()
+
+    first = index_sources(settings)
+
+    chunks = chunk_count(settings)
+    assert first.batch_submitted == first.batch_waiting == chunks > 0 and vectors(settings) == {}
+    assert [(status, requests) for _, status, requests, _ in batch_records(settings)] == [("validating", chunks)]
+    sent = server.files[next(iter(server.batches.values()))["input_file_id"]].decode().splitlines()
+    assert {json.loads(line)["url"] for line in sent} == {"/v1/embeddings"}
+    assert chunk_texts_embedded_plainly(settings, server) == 0
+    memory = SessionMemory(settings=settings)
+    assert memory.search("nightly database backups vacuum")[0].session_id == "infra/backups"  # by keyword
+    state, reasons = check_health(settings)
+    assert state == "DEGRADED" and any(f"{chunks} chunks wait for 1 batches" in reason for reason in reasons)
+    capsys.readouterr()
+    assert main(["status", "--json", "--config", str(tmp_path / "batched" / "sessionmem.toml")]) == 0
+    [shown] = json.loads(capsys.readouterr().out)["provider_batches"]
+    assert (shown["stage"], shown["status"], shown["chunks"]) == ("embed", "validating", chunks)
+
+    second = index_sources(settings)  # the provider is still working: nothing sent again, nothing embedded
+    assert second.batch_submitted == 0 and second.batch_waiting == chunks and len(server.batches) == 1
+    assert vectors(settings) == {}
+
+    server.settle_batches("completed")
+    third = index_sources(settings)
+
+    assert third.batch_written == chunks and third.embedded == 0 and third.batch_waiting == 0
+    assert vectors(settings) == vectors(plain)
+    assert [(status, results) for _, status, _, results in batch_records(settings)] == [("applied", chunks)]
+    assert check_health(settings)[0] == "OK"
+    assert memory.search("nightly database backups vacuum")[0].session_id == "infra/backups"
+
+
+@pytest.mark.parametrize(
+    "ending, answered", [("failed", 0), ("expired", 2), ("cancelled", 0)], ids=["failed", "expired", "cancelled"]
+)
+def test_a_batch_that_ends_without_all_answers_falls_back_to_plain_requests_for_the_rest(
+    tmp_path: Path, server: OpenAICompatibleServer, ending: str, answered: int
+) -> None:
+    plain = configured(tmp_path / "plain", server, batch_api=False)
+    index_sources(plain)
+    settings = configured(tmp_path / "batched", server)
+    index_sources(settings)
+    server.requests.clear()
+
+    server.settle_batches(ending, answered=answered)
+    report = index_sources(settings)
+
+    chunks = chunk_count(settings)
+    assert report.batch_written == answered and report.embedded == chunks - answered
+    assert chunk_texts_embedded_plainly(settings, server) == chunks - answered
+    assert report.batch_submitted == 0 and len(server.batches) == 1  # the rest is not sent in a new batch
+    assert vectors(settings) == vectors(plain)
+    assert [(status, results) for _, status, _, results in batch_records(settings)] == [(ending, answered)]
+
+
+def test_a_provider_refusing_the_batch_costs_nothing_but_the_batch(
+    tmp_path: Path, server: OpenAICompatibleServer
+) -> None:
+    server.failing[BATCHES] = Reply.error(400, "batches are not enabled for this organization")
+    settings = configured(tmp_path, server)
+
+    report = index_sources(settings)
+
+    assert len(vectors(settings)) == chunk_count(settings) == report.embedded
+    assert [status for _, status, _, _ in batch_records(settings)] == ["abandoned"]
+    assert any("batch not submitted" in warning for warning in report.warnings)
+
+
+def killed_run(settings: Settings, fault: str) -> subprocess.CompletedProcess:
+    code = (
+        "from sessionmem_pipeline.config import load_settings\n"
+        "from sessionmem_pipeline.stages.run import index_sources\n"
+        f"index_sources(load_settings({str(settings.config_file)!r}, env={{}}))\n"
+    )
+    environment = {**os.environ, FAULT_VARIABLE: fault}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=environment, cwd=settings.config_file.parent, capture_output=True,
+        text=True, timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    "fault, adopted",
+    [("exit-after:embed_batch_create", True), ("exit-after:embed_batch_upload", False)],
+    ids=["killed after the batch was created", "killed before the batch was created"],
+)
+def test_a_run_killed_while_submitting_neither_loses_nor_duplicates_the_batch(
+    tmp_path: Path, server: OpenAICompatibleServer, fault: str, adopted: bool
+) -> None:
+    settings = configured(tmp_path, server)
+    killed = killed_run(settings, fault)
+    assert killed.returncode == 137, killed.stderr
+    assert [status for batch_id, status, _, _ in batch_records(settings) if batch_id is None] == ["preparing"]
+    assert len(server.batches) == (1 if adopted else 0)
+
+    index_sources(settings)
+
+    chunks = chunk_count(settings)
+    assert len(server.batches) == 1  # adopted, or the abandoned one sent anew: never two
+    [only] = server.batches
+    records = batch_records(settings)
+    expected = [(only, "validating")] if adopted else [(None, "abandoned"), (only, "validating")]
+    assert [(batch_id, status) for batch_id, status, _, _ in records] == expected
+    server.settle_batches("completed")
+    index_sources(settings)
+    assert len(vectors(settings)) == chunks and chunk_texts_embedded_plainly(settings, server) == 0
