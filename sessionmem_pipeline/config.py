@@ -71,6 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "search.time_boost": 0.3,
     "sensors.files_interval_minutes": 1.0,
     "sensors.summaries_interval_minutes": 5.0,
+    "sensors.batches_interval_minutes": 10.0,  # how often Dagster polls open provider batches
     "privacy.exclude_paths": [],  # globs over session file paths (a pattern without "/" matches any one folder name)
     "privacy.exclude_projects": [],  # globs over project names and sessions' working folders
 }

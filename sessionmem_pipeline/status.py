@@ -17,6 +17,7 @@ from sessionmem_pipeline.core.models import SESSION_SKIP_REASONS
 from sessionmem_pipeline.providers import embedder_from_settings
 from sessionmem_pipeline.stages.discover import discover
 from sessionmem_pipeline.stages.privacy import privacy_rules
+from sessionmem_pipeline.stages.provider_batches import WAITING
 from sessionmem_pipeline.warehouse import (
     SCHEMA_VERSION,
     Snapshot,
@@ -31,6 +32,7 @@ from sessionmem_pipeline.warehouse import (
     open_reader,
     search_log_path,
     snapshot_path,
+    sql_string_list,
 )
 
 
@@ -179,12 +181,12 @@ def _optional_rows(conn: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, 
 
 
 SOURCE_PROBLEMS_SQL = "SELECT root, path, kind, detail, recorded_at FROM source_problems ORDER BY root, path"
-WAITING_BATCHES_SQL = """
+WAITING_BATCHES_SQL = f"""
     SELECT b.stage, b.local_id, b.batch_id, b.status, b.requests, b.created_at, b.checked_at,
            (SELECT count(*) FROM chunks c WHERE c.context_hash IN (
                SELECT r.input_fp FROM provider_batch_requests r WHERE r.local_id = b.local_id)) AS chunks
     FROM provider_batches b
-    WHERE b.status IN ('preparing', 'validating', 'in_progress', 'finalizing', 'cancelling')
+    WHERE b.status IN ({sql_string_list(WAITING)})
     ORDER BY b.created_at"""
 """Batches sent to the provider's Batch API that have not been answered yet (stages/provider_batches.py)."""
 EXCLUDED_SQL = "SELECT path, session_id, reason, excluded_at FROM excluded_sessions ORDER BY path, session_id"

@@ -757,6 +757,19 @@ class _Queries:
                 counts[stage] = len(self.stale_sessions(stage, key, upstream, upstream_key))
         return counts
 
+    def partitions_waiting_for_batches(self, stage: str, statuses: Sequence[str]) -> list[str]:
+        """Partitions with sessions whose chunks' texts went in batches of `stage` in these statuses."""
+        if not self._table_exists("provider_batches"):  # a snapshot from before migration 7
+            return []
+        rows = self.conn.execute(
+            """SELECT DISTINCT s.partition_key
+               FROM provider_batches b JOIN provider_batch_requests r USING (local_id)
+               JOIN chunks c ON c.context_hash = r.input_fp JOIN sessions s ON s.session_id = c.session_id
+               WHERE b.stage = ? AND b.status IN (SELECT unnest(?)) ORDER BY s.partition_key""",
+            [stage, list(statuses)],
+        ).fetchall()
+        return [key for (key,) in rows]
+
     def generation(self) -> int:
         """Bumped by every transaction that changes what readers see; the snapshot carries the value it was
         published at, so a stale or missing snapshot is a fact to compare, not a guess."""

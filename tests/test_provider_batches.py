@@ -181,3 +181,44 @@ def test_a_run_killed_while_submitting_neither_loses_nor_duplicates_the_batch(
     server.settle_batches("completed")
     index_sources(settings)
     assert len(vectors(settings)) == chunks and chunk_texts_embedded_plainly(settings, server) == 0
+
+
+def test_on_dagster_compute_leaves_chunk_texts_to_the_batch_and_the_sensor_polls_the_waiting_partitions(
+    tmp_path: Path, server: OpenAICompatibleServer
+) -> None:
+    import dagster as dg
+
+    from sessionmem_pipeline.definitions import defs
+    from sessionmem_pipeline.defs.assets import PIPELINE_ASSETS, chunk_embeddings, search_index
+    from sessionmem_pipeline.defs.partitions import session_partitions
+    from sessionmem_pipeline.defs.resources import SessionmemResource
+    from sessionmem_pipeline.defs.sensors import provider_batches_sensor
+    from sessionmem_pipeline.stages.discover import discover
+
+    settings = configured(tmp_path, server)
+    resources = {"sessionmem": SessionmemResource(config_file=str(settings.config_file))}
+    instance = dg.DagsterInstance.ephemeral()
+    keys = sorted(source.partition_key for source in discover(settings.sources))
+    instance.add_dynamic_partitions(session_partitions.name, keys)
+    every = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+    partitioned = [a for a in PIPELINE_ASSETS if a.partitions_def is not None]
+    assert dg.materialize(partitioned + [search_index], instance=instance, resources=resources, tags=every).success
+    chunks = chunk_count(settings)
+    assert len(server.batches) == 1 and vectors(settings) == {}
+    assert chunk_texts_embedded_plainly(settings, server) == 0  # neither the compute step nor the commit
+
+    def tick() -> dg.SensorResult:
+        return provider_batches_sensor(
+            dg.build_sensor_context(instance=instance, resources=resources, definitions=defs)
+        )
+
+    server.settle_batches("completed")
+    [request] = tick().run_requests
+    subset = request.asset_graph_subset.partitions_subsets_by_asset_key[chunk_embeddings.key]
+    assert sorted(subset.get_partition_keys()) == keys
+    polled = dg.materialize([chunk_embeddings, search_index], instance=instance, resources=resources, tags=every)
+
+    assert polled.success and len(vectors(settings)) == chunks
+    written = {m.metadata["batch_written"].value for m in polled.asset_materializations_for_node("chunk_embeddings")}
+    assert written == {chunks} and len(server.batches) == 1  # one step over both partitions: its counts on each
+    assert not tick().run_requests  # nothing waits any more

@@ -216,7 +216,8 @@ def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) ->
 @session_asset(deps=[chunks], group_name="sessions")
 def chunk_embeddings(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Vectors of each chunk's contextual content, committed from the staging files (what they lack is embedded
-    here), cached by (model, text hash); failures retried next run."""
+    here, or sent to the provider's Batch API and taken from it by a later run), cached by (model, text hash);
+    failures retried next run."""
     with _stage_context(context, sessionmem) as (ctx, report):
         pipeline.embed(ctx, report)
         _partition_metadata(context, ctx, report)
@@ -225,6 +226,9 @@ def chunk_embeddings(context: dg.AssetExecutionContext, sessionmem: SessionmemRe
             "embedded": report.embedded,
             "cached": report.embeddings_cached,
             "failed": report.embedding_failures,
+            "batch_submitted": report.batch_submitted,
+            "batch_written": report.batch_written,
+            "batch_waiting": report.batch_waiting,
             **_computed_in_commit(report, "embed"),
         }
     )

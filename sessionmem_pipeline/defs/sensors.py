@@ -8,6 +8,9 @@ so a warehouse the CLI built is not processed again.
 
 `summary_due_sensor`: sessions due for a summary, from the snapshot.
 
+`provider_batches_sensor`: partitions whose chunks wait for the provider's Batch API, from the snapshot: their
+embed step polls the batches and takes the vectors of finished ones.
+
 `warehouse_state_sensor`: what `sessionmem index` built outside Dagster, reported as materializations per
 partition from the snapshot's stage state, so the catalog shows it (the CLI itself never imports Dagster).
 """
@@ -38,7 +41,8 @@ from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
 from sessionmem_pipeline.stages.discover import discover, file_stat
 from sessionmem_pipeline.stages.privacy import privacy_rules
-from sessionmem_pipeline.stages.registry import SUMMARIZE, Providers, StageContext
+from sessionmem_pipeline.stages.provider_batches import WAITING
+from sessionmem_pipeline.stages.registry import EMBED, SUMMARIZE, Providers, StageContext
 from sessionmem_pipeline.stages.memories import find_memory_files
 from sessionmem_pipeline.stages.summaries import due, pending
 from sessionmem_pipeline.warehouse import Snapshot, open_reader, read_storage_error, snapshot_generation, snapshot_path
@@ -177,6 +181,31 @@ def summary_due_sensor(context: dg.SensorEvaluationContext, sessionmem: Sessionm
         ],
         cursor=cursor,
     )
+
+
+@dg.sensor(
+    asset_selection=dg.AssetSelection.assets(chunk_embeddings, search_index),
+    minimum_interval_seconds=int(SENSOR_SETTINGS["sensors.batches_interval_minutes"] * 60),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def provider_batches_sensor(context: dg.SensorEvaluationContext, sessionmem: SessionmemResource) -> dg.SensorResult:
+    """While batches of the provider's Batch API are open, a run of the embed step over the partitions waiting for
+    them each interval (it polls the batches, and writes the vectors of those finished)."""
+    settings = sessionmem.settings()
+    if read_storage_error(settings.warehouse):
+        return dg.SensorResult(skip_reason="paused after a storage error; run `sessionmem health`")
+    if snapshot_generation(settings.warehouse) is None:
+        return dg.SensorResult(skip_reason="nothing published yet")
+    conn = open_reader(settings.warehouse)
+    try:
+        keys = Snapshot(conn).partitions_waiting_for_batches(EMBED.name, WAITING)
+    finally:
+        conn.close()
+    if not keys:
+        return dg.SensorResult(skip_reason="no chunk waits for a provider batch")
+    tick = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    context.log.info(f"{len(keys)} files have chunks waiting for provider batches: polling them")
+    return dg.SensorResult(run_requests=[backfill_request([chunk_embeddings], keys, [search_index], f"batches-{tick}")])
 
 
 CLI_RUNS = "cli-"
