@@ -1079,14 +1079,16 @@ class Warehouse(_Queries):
             )
             self.bump_generation()
 
-    def update_provider_batch(self, local_id: str, **changes: Any) -> None:
-        """Columns of one recorded batch (status, provider ids, times): its own transaction, committed at once."""
+    def update_provider_batch(self, local_id: str, *, visible: bool = True, **changes: Any) -> None:
+        """Columns of one recorded batch (status, provider ids, times): its own transaction, committed at once.
+        Not `visible` (only the time it was last asked about changes): the snapshot need not be published again."""
         assignments = ", ".join(f"{column} = ?" for column in changes)
         with self.transaction():
             self.conn.execute(
                 f"UPDATE provider_batches SET {assignments} WHERE local_id = ?", [*changes.values(), local_id]
             )
-            self.bump_generation()
+            if visible:
+                self.bump_generation()
 
     def provider_batches_in(self, stage: str, statuses: Sequence[str]) -> list[dict[str, Any]]:
         return self.query(
@@ -1101,12 +1103,12 @@ class Warehouse(_Queries):
         ).fetchall()
         return dict(rows)
 
-    def inputs_in_provider_batches(self, stage: str, statuses: Sequence[str]) -> set[str]:
-        """Input fingerprints that batches of `stage` in these statuses were made for."""
+    def inputs_in_provider_batches(self, stage: str, model: str, statuses: Sequence[str]) -> set[str]:
+        """Input fingerprints that batches of `stage` for `model` in these statuses were made for."""
         rows = self.conn.execute(
             """SELECT DISTINCT r.input_fp FROM provider_batch_requests r JOIN provider_batches b USING (local_id)
-               WHERE b.stage = ? AND b.status IN (SELECT unnest(?))""",
-            [stage, list(statuses)],
+               WHERE b.stage = ? AND b.model = ? AND b.status IN (SELECT unnest(?))""",
+            [stage, model, list(statuses)],
         ).fetchall()
         return {fp for (fp,) in rows}
 

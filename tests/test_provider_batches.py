@@ -92,6 +92,10 @@ def test_a_batch_is_sent_its_chunks_wait_by_keyword_and_a_later_run_takes_vector
     assert main(["status", "--json", "--config", str(tmp_path / "batched" / "sessionmem.toml")]) == 0
     [shown] = json.loads(capsys.readouterr().out)["provider_batches"]
     assert (shown["stage"], shown["status"], shown["chunks"]) == ("embed", "validating", chunks)
+    assert main(["status", "--config", str(tmp_path / "batched" / "sessionmem.toml")]) == 0
+    assert f"provider batch {shown['batch_id']} (embed): validating, {chunks} requests for {chunks} chunks" in (
+        capsys.readouterr().out
+    )
 
     second = index_sources(settings)  # the provider is still working: nothing sent again, nothing embedded
     assert second.batch_submitted == 0 and second.batch_waiting == chunks and len(server.batches) == 1
@@ -128,6 +132,24 @@ def test_a_batch_that_ends_without_all_answers_falls_back_to_plain_requests_for_
     assert report.batch_submitted == 0 and len(server.batches) == 1  # the rest is not sent in a new batch
     assert vectors(settings) == vectors(plain)
     assert [(status, results) for _, status, _, results in batch_records(settings)] == [(ending, answered)]
+
+
+def test_switched_off_the_chunks_go_by_plain_requests_and_open_batches_are_polled_to_their_end(
+    tmp_path: Path, server: OpenAICompatibleServer
+) -> None:
+    index_sources(configured(tmp_path, server))
+    settings = configured(tmp_path, server, batch_api=False)
+
+    report = index_sources(settings)
+
+    chunks = chunk_count(settings)
+    assert report.embedded == len(vectors(settings)) == chunks and report.batch_waiting == 0
+    assert [status for _, status, _, _ in batch_records(settings)] == ["validating"]
+    server.settle_batches("completed")
+    index_sources(settings)
+    assert [status for _, status, _, _ in batch_records(settings)] == ["applied"]
+    with duckdb.connect(str(settings.warehouse), read_only=True) as conn:  # the answers were cached already
+        assert conn.execute("SELECT count(*) = count(DISTINCT text_hash) FROM embedding_cache").fetchone()[0]
 
 
 def test_a_provider_refusing_the_batch_costs_nothing_but_the_batch(

@@ -25,7 +25,7 @@ from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
 from sessionmem_pipeline.stages.memories import find_memory_files, ingest_memories
 from sessionmem_pipeline.stages.privacy import remove_excluded_sessions
-from sessionmem_pipeline.stages.provider_batches import batch_api_on, batch_backlog
+from sessionmem_pipeline.stages.provider_batches import WAITING, batch_api_on, batch_backlog
 from sessionmem_pipeline.stages.registry import (
     CHUNK,
     COLLAPSE,
@@ -269,15 +269,18 @@ def chunk(ctx: StageContext, report: StageReport) -> None:
 
 def embed(ctx: StageContext, report: StageReport) -> None:
     """Vectors for the chunks of stale sessions (those a compute step staged are taken from its files); a session
-    is recorded once every chunk has one (failures stay stale and are retried by the next run)."""
+    is recorded once every chunk has one (failures stay stale and are retried by the next run). Open batches of
+    the provider's Batch API are polled even when nothing is stale."""
     work = ctx.stale(EMBED)
+    leave = _batch_api(ctx, report)
     if not work:
+        if leave is not None:
+            leave([])
         return
     sessions = list(work)
     staged = staging.read_vectors(ctx.settings, ctx.providers.embedder.model_id)
     embedder = staging.StagedEmbedder(ctx.providers.embedder, staged)
     total = len(ctx.wh.chunks_without_embedding(sessions)) if ctx.wh.get_meta("embedding_model") else 0
-    leave = _batch_api(ctx, report) if batch_api_on(ctx.settings) else None
     outcome = embed_sessions(ctx.wh, sessions, embedder, progress=_counter(ctx, "embed", total), leave=leave)
     report.embedded += outcome.embedded
     report.embeddings_cached += outcome.cached
@@ -295,13 +298,17 @@ def embed(ctx: StageContext, report: StageReport) -> None:
 
 def _batch_api(ctx: StageContext, report: StageReport) -> Callable[[list[dict]], set[str]] | None:
     """With a remote embedder: what the embed step leaves to the provider's Batch API (polled, and sent the
-    backlog, first)."""
+    backlog, first). Switched off, batches still open are polled to their end, and nothing is left to them."""
+    on = batch_api_on(ctx.settings)
+    if not ctx.settings.remote_embeddings or not (on or ctx.wh.provider_batches_in(EMBED.name, WAITING)):
+        return None
     real = ctx.providers.embedder
     if not isinstance(real, OpenAIEmbedder):
         return None
+    min_backlog = ctx.settings["embedding.batch_min_backlog"] if on else None
 
     def leave(pending: list[dict]) -> set[str]:
-        outcome = batch_backlog(ctx.wh, pending, real, ctx.settings["embedding.batch_min_backlog"], ctx.now)
+        outcome = batch_backlog(ctx.wh, pending, real, min_backlog, ctx.now)
         report.batch_submitted += outcome.submitted
         report.batch_written += outcome.written
         report.batch_waiting += len({row["chunk_id"] for row in pending if row["context_hash"] in outcome.waiting})

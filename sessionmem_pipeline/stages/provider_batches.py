@@ -64,14 +64,18 @@ class BatchOutcome:
 
 
 def batch_backlog(
-    wh: Warehouse, pending: Sequence[Mapping[str, str]], embedder: OpenAIEmbedder, min_backlog: int, now: datetime
+    wh: Warehouse, pending: Sequence[Mapping[str, str]], embedder: OpenAIEmbedder, min_backlog: int | None,
+    now: datetime,
 ) -> BatchOutcome:
-    """Poll the open batches, then send `pending` chunks' uncached texts as a batch when there are enough; the
-    outcome's `waiting` hashes are those the plain step must leave to the batches."""
+    """Poll the open batches, then send `pending` chunks' uncached texts as a batch when there are at least
+    `min_backlog`; the outcome's `waiting` hashes are those the plain step must leave to the batches. With
+    `min_backlog` None (the Batch API was switched off) open batches are polled to their end, and nothing waits."""
     outcome = BatchOutcome()
     api = embedder.batch_api()
     released = _poll(wh, api, embedder, outcome, now)
-    outcome.waiting = wh.inputs_in_provider_batches(EMBED.name, WAITING)
+    if min_backlog is None:
+        return outcome
+    outcome.waiting = wh.inputs_in_provider_batches(EMBED.name, embedder.model_id, WAITING)
     texts = {
         row["context_hash"]: row["context_content"]
         for row in pending
@@ -131,7 +135,10 @@ def _poll(wh: Warehouse, api: BatchAPI, embedder: OpenAIEmbedder, outcome: Batch
             wh.update_provider_batch(batch["local_id"], status=ABANDONED, error="never created", finished_at=now)
             continue
         if state.open:
-            wh.update_provider_batch(batch["local_id"], batch_id=state.batch_id, status=state.status, checked_at=now)
+            changed = (state.batch_id, state.status) != (batch["batch_id"], batch["status"])
+            wh.update_provider_batch(
+                batch["local_id"], visible=changed, batch_id=state.batch_id, status=state.status, checked_at=now
+            )
             continue
         try:
             answered = _apply(wh, api, embedder, batch, state, outcome, now)
