@@ -236,8 +236,9 @@ MIGRATIONS: dict[int, list[str]] = {
             local_id VARCHAR, stage VARCHAR, model VARCHAR, endpoint VARCHAR, batch_id VARCHAR, input_file_id VARCHAR,
             status VARCHAR, requests INTEGER, results INTEGER, error VARCHAR, created_at TIMESTAMPTZ,
             submitted_at TIMESTAMPTZ, checked_at TIMESTAMPTZ, finished_at TIMESTAMPTZ)""",
-        # each request line of a batch: its custom_id and the fingerprint of the input it was made from
-        "CREATE TABLE provider_batch_requests (local_id VARCHAR, custom_id VARCHAR, input_fp VARCHAR)",
+        # each request line of a batch: its custom_id, the fingerprint of the input it was made from, and the answer
+        # when the stage keeps it here (a chat reply; vectors go to the embedding cache)
+        "CREATE TABLE provider_batch_requests (local_id VARCHAR, custom_id VARCHAR, input_fp VARCHAR, answer VARCHAR)",
     ],
 }
 
@@ -1111,6 +1112,23 @@ class Warehouse(_Queries):
             [stage, model, list(statuses)],
         ).fetchall()
         return {fp for (fp,) in rows}
+
+    def store_batch_answers(self, local_id: str, answers: Mapping[str, str]) -> None:
+        """Answers of one batch's requests, by custom_id."""
+        with self.transaction():
+            for custom_id, answer in answers.items():
+                self.conn.execute(
+                    "UPDATE provider_batch_requests SET answer = ? WHERE local_id = ? AND custom_id = ?",
+                    [answer, local_id, custom_id],
+                )
+
+    def batch_answer(self, stage: str, model: str, input_fp: str) -> str | None:
+        """The answer a batch of `stage` for `model` gave to a request made from `input_fp`, if any did."""
+        return self.scalar(
+            """SELECT r.answer FROM provider_batch_requests r JOIN provider_batches b USING (local_id)
+               WHERE b.stage = ? AND b.model = ? AND r.input_fp = ? AND r.answer IS NOT NULL LIMIT 1""",
+            [stage, model, input_fp],
+        )
 
     def chunk_context_hashes(self, text_hashes: Sequence[str]) -> set[str]:
         """Those of these context hashes that some chunk still has (the others' text is gone)."""

@@ -180,7 +180,7 @@ def killed_run(settings: Settings, fault: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize(
     "fault, adopted",
-    [("exit-after:embed_batch_create", True), ("exit-after:embed_batch_upload", False)],
+    [("exit-after:provider_batch_create", True), ("exit-after:provider_batch_upload", False)],
     ids=["killed after the batch was created", "killed before the batch was created"],
 )
 def test_a_run_killed_while_submitting_neither_loses_nor_duplicates_the_batch(
