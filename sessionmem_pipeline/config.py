@@ -57,6 +57,8 @@ DEFAULTS: dict[str, Any] = {
     "llm.base_url": None,
     "llm.api_key": None,
     "llm.max_in_flight": 4,  # chat requests sent at once (topics, summaries); Retry-After pauses all of them
+    "llm.batch_api": False,  # summaries' chat requests go through the provider's Batch API
+    "llm.batch_min_backlog": 100,  # summary requests below which plain requests are used
     "staging.path": None,  # where parallel compute steps leave results for the writer; default: beside the warehouse
     "summaries.enabled": True,
     "summaries.idle_minutes": 30,

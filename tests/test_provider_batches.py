@@ -244,3 +244,64 @@ def test_on_dagster_compute_leaves_chunk_texts_to_the_batch_and_the_sensor_polls
     written = {m.metadata["batch_written"].value for m in polled.asset_materializations_for_node("chunk_embeddings")}
     assert written == {chunks} and len(server.batches) == 1  # one step over both partitions: its counts on each
     assert not tick().run_requests  # nothing waits any more
+
+
+# ---- summaries --------------------------------------------------------------------------------------------------
+
+SUMMARY_REPLY = json.dumps(
+    {"overview": "Backups and search were set up.", "topics": ["backups"], "decisions": ["Vacuum nightly."],
+     "key_points": ["Search got synonyms."], "open_items": []}
+)
+
+
+def with_chat(settings: Settings, server: OpenAICompatibleServer, *, batch_api: bool) -> Settings:
+    """Embeddings plain, summaries from a chat model, through the Batch API or not."""
+    server.default_chat_content = SUMMARY_REPLY
+    return settings.with_overrides(
+        {"embedding.batch_api": False, "llm.provider": "openai", "llm.model": "chat-test",
+         "llm.base_url": server.base_url, "llm.batch_api": batch_api, "llm.batch_min_backlog": 1},
+        origin="test",
+    )
+
+
+def summaries(settings: Settings) -> dict[str, tuple]:
+    with duckdb.connect(str(settings.warehouse), read_only=True) as conn:
+        rows = conn.execute("SELECT session_id, model, summary FROM session_summaries").fetchall()
+    return {session_id: (model, summary) for session_id, model, summary in rows}
+
+
+def test_summaries_wait_for_their_batch_and_equal_plain_ones_once_it_completed(
+    tmp_path: Path, server: OpenAICompatibleServer
+) -> None:
+    plain = with_chat(configured(tmp_path / "plain", server), server, batch_api=False)
+    index_sources(plain)
+    settings = with_chat(configured(tmp_path / "batched", server), server, batch_api=True)
+
+    first = index_sources(settings)
+
+    sessions = len(summaries(plain))
+    assert sessions == 2 and first.summary_batch_submitted == first.summaries_waiting == sessions
+    assert summaries(settings) == {}
+    second = index_sources(settings)
+    assert second.summary_batch_submitted == 0 and second.summaries_waiting == sessions and len(server.batches) == 1
+
+    server.settle_batches("completed")
+    third = index_sources(settings)
+
+    assert third.summary_batch_answers == sessions and third.summaries_written == sessions
+    assert third.summaries_waiting == 0 and summaries(settings) == summaries(plain)
+    assert {model for model, _ in summaries(settings).values()} == {"chat-test"}
+    assert [(status, results) for _, status, _, results in batch_records(settings)] == [("applied", sessions)]
+
+
+def test_summaries_of_a_failed_batch_are_asked_plainly(tmp_path: Path, server: OpenAICompatibleServer) -> None:
+    plain = with_chat(configured(tmp_path / "plain", server), server, batch_api=False)
+    index_sources(plain)
+    settings = with_chat(configured(tmp_path / "batched", server), server, batch_api=True)
+    index_sources(settings)
+
+    server.settle_batches("failed")
+    report = index_sources(settings)
+
+    assert report.summaries_written == 2 and report.summary_batch_submitted == 0 and len(server.batches) == 1
+    assert summaries(settings) == summaries(plain)

@@ -244,7 +244,13 @@ def session_summaries(context: dg.AssetExecutionContext, sessionmem: SessionmemR
     for warning in report.warnings:
         context.log.warning(f"chat model failed, extractive summary used: {warning}")
     return dg.MaterializeResult(
-        metadata={"versions_written": report.summaries_written, **_computed_in_commit(report, "summarize")}
+        metadata={
+            "versions_written": report.summaries_written,
+            "batch_submitted": report.summary_batch_submitted,
+            "batch_answers": report.summary_batch_answers,
+            "sessions_waiting": report.summaries_waiting,
+            **_computed_in_commit(report, "summarize"),
+        }
     )
 
 

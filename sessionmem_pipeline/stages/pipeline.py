@@ -21,11 +21,20 @@ from typing import Any
 from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
 from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
 from sessionmem_pipeline.providers.embedders import OpenAIEmbedder
+from sessionmem_pipeline.providers.llm import OpenAIChatModel
 from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
 from sessionmem_pipeline.stages.memories import find_memory_files, ingest_memories
 from sessionmem_pipeline.stages.privacy import remove_excluded_sessions
-from sessionmem_pipeline.stages.provider_batches import WAITING, batch_api_on, batch_backlog
+from sessionmem_pipeline.stages.provider_batches import (
+    WAITING,
+    BatchedChat,
+    BatchOutcome,
+    batch_api_on,
+    batch_backlog,
+    batched_chat,
+    chat_batch_api_on,
+)
 from sessionmem_pipeline.stages.registry import (
     CHUNK,
     COLLAPSE,
@@ -45,6 +54,7 @@ from sessionmem_pipeline.stages.search_index import refresh_search_index
 from sessionmem_pipeline.stages import staging
 from sessionmem_pipeline.stages.summaries import (
     SessionResult,
+    SummaryOutcome,
     due,
     embed_missing_summaries,
     pending,
@@ -84,6 +94,9 @@ class StageReport:
     batch_submitted: int = 0  # texts sent to the provider's Batch API
     batch_written: int = 0  # vectors a finished batch gave
     batch_waiting: int = 0  # chunks whose vector a batch still owes
+    summary_batch_submitted: int = 0  # summary requests sent to the provider's Batch API
+    summary_batch_answers: int = 0  # answers a finished batch gave
+    summaries_waiting: int = 0  # sessions whose summary waits for a batch
     summaries_written: int = 0
     memories: int = 0
     memories_embedded: int = 0
@@ -325,6 +338,15 @@ def summarize(ctx: StageContext, report: StageReport) -> None:
     if not ctx.settings["summaries.enabled"]:
         return
     embed_missing_summaries(ctx.wh, ctx.providers.embedder)
+    batches = _batched_chat(ctx)  # open batches are polled even when nothing is stale
+    _summarize_stale(ctx, report, batches[0] if batches else None)
+    if batches is not None:
+        report.summary_batch_submitted += batches[1].submitted
+        report.summary_batch_answers += batches[1].written
+        report.warnings += batches[1].errors
+
+
+def _summarize_stale(ctx: StageContext, report: StageReport, chat: BatchedChat | None) -> None:
     work = ctx.stale(SUMMARIZE)
     if not work:
         return
@@ -347,15 +369,52 @@ def summarize(ctx: StageContext, report: StageReport) -> None:
     staged = {s: SessionResult.from_row(found) for s, fp in work.items() if (found := files.result(s, fp)) is not None}
     computed_here = report.computed_in_commit.get(SUMMARIZE.name, 0) + len(work) - len(staged)
     report.computed_in_commit[SUMMARIZE.name] = computed_here
-    outcome = summarize_sessions(
-        ctx.wh, list(work), llm=ctx.providers.llm, embedder=ctx.providers.embedder, now=ctx.now, staged=staged
-    )
+
+    def summarize_now(sessions: list[str], llm: Any) -> SummaryOutcome:
+        return summarize_sessions(ctx.wh, sessions, llm=llm, embedder=ctx.providers.embedder, now=ctx.now, staged=staged)
+
+    if chat is None:
+        outcome = summarize_now(list(work), ctx.providers.llm)
+    else:
+        outcome = _summarize_through_batches(ctx, chat, list(work), summarize_now)
     with ctx.wh.transaction():
         ctx.record(SUMMARIZE, {s: work[s] for s in outcome.handled})
     fault_point("summarize", "in")
     files.remove_consumed(ctx.scope)
     report.summaries_written += outcome.versions_written
     report.warnings += outcome.llm_fallbacks
+    report.summaries_waiting += len(outcome.deferred)
+
+
+def _batched_chat(ctx: StageContext) -> tuple[BatchedChat, BatchOutcome] | None:
+    """With `llm.batch_api` and a remote chat model: its summarize batches polled, and a model answering from
+    them (stages/provider_batches.py)."""
+    llm = ctx.providers.llm
+    if not chat_batch_api_on(ctx.settings) or not isinstance(llm, OpenAIChatModel):
+        return None
+    outcome = BatchOutcome()
+    return batched_chat(ctx.wh, llm, outcome, ctx.now), outcome
+
+
+def _summarize_through_batches(
+    ctx: StageContext,
+    chat: BatchedChat,
+    sessions: list[str],
+    summarize_now: Callable[[list[str], Any], SummaryOutcome],
+) -> SummaryOutcome:
+    """Summaries whose requests a batch answered are written; the others' requests are sent as a batch when there
+    are at least `llm.batch_min_backlog` (those sessions wait), else those sessions are summarized plainly."""
+    outcome = summarize_now(sessions, chat)
+    if len(chat.asked) >= max(ctx.settings["llm.batch_min_backlog"], 1):
+        chat.send()
+    elif outcome.deferred:
+        chat.collecting = False
+        again = summarize_now(outcome.deferred, chat)
+        outcome.deferred = again.deferred
+        outcome.handled += again.handled
+        outcome.versions_written += again.versions_written
+        outcome.llm_fallbacks += again.llm_fallbacks
+    return outcome
 
 
 # ---- stages over everything ------------------------------------------------------------------------------------

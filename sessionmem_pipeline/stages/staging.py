@@ -33,7 +33,7 @@ from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core.llm_protocol import requests_at_once
 from sessionmem_pipeline.core.summarize import messages_after, summary_is_due
 from sessionmem_pipeline.providers.embedders import Embedder, EmbeddingOutcome, vectors_or_raise
-from sessionmem_pipeline.stages.provider_batches import batch_api_on
+from sessionmem_pipeline.stages.provider_batches import batch_api_on, chat_batch_api_on
 from sessionmem_pipeline.stages.registry import (
     CHUNK,
     COLLAPSE,
@@ -186,7 +186,7 @@ class _Compute:
                 "SELECT context_content, context_hash FROM chunks WHERE session_id = ?", [session_id]
             )
             work.texts = {row["context_content"]: row["context_hash"] for row in rows}
-        if self.settings["summaries.enabled"] and SUMMARIZE.name not in built:
+        if self.settings["summaries.enabled"] and SUMMARIZE.name not in built and not chat_batch_api_on(self.settings):
             latest = latest_summary(snapshot, session_id)
             previous = latest[1] if latest else None
             try:
