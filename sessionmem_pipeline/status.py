@@ -239,11 +239,7 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
     if chunks and not fts:
         errors.append("keyword index missing: run `sessionmem index`")
     if waiting_batches:
-        owed = sum(batch["chunks"] for batch in waiting_batches)
-        problems.append(
-            f"{owed} chunks wait for {len(waiting_batches)} batches of the provider's Batch API (found by keyword "
-            f"meanwhile; the oldest sent {waiting_batches[0]['created_at']:%Y-%m-%d %H:%M}): `sessionmem index` polls them"
-        )
+        problems.append(_waiting_batches_problem(waiting_batches))
     if embedded < chunks:
         problems.append(f"{chunks - embedded} of {chunks} chunks have no embedding ({failures} failed)")
     if quarantined:
@@ -264,6 +260,18 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
     if errors:
         return "ERROR", errors + problems
     return ("DEGRADED" if problems else "OK"), problems
+
+
+def _waiting_batches_problem(batches: list[dict[str, Any]]) -> str:
+    """One line on the open batches of the provider's Batch API: what waits for them, per stage."""
+    chunks = sum(b["chunks"] for b in batches if b["stage"] == "embed")
+    requests = sum(b["requests"] for b in batches if b["stage"] == "summarize")
+    owed = [f"{chunks} chunks' vectors (found by keyword meanwhile)"] if chunks else []
+    owed += [f"{requests} summary requests"] if requests else []
+    return (
+        f"{len(batches)} batches of the provider's Batch API are open, owing {' and '.join(owed) or 'nothing now'} "
+        f"(the oldest sent {batches[0]['created_at']:%Y-%m-%d %H:%M}): `sessionmem index` polls them"
+    )
 
 
 def try_recover(warehouse: Path) -> tuple[bool, str]:

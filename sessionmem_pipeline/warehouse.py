@@ -758,6 +758,14 @@ class _Queries:
                 counts[stage] = len(self.stale_sessions(stage, key, upstream, upstream_key))
         return counts
 
+    def provider_batches_in(self, stage: str, statuses: Sequence[str]) -> list[dict[str, Any]]:
+        if not self._table_exists("provider_batches"):  # a snapshot from before migration 7
+            return []
+        return self.query(
+            "SELECT * FROM provider_batches WHERE stage = ? AND status IN (SELECT unnest(?)) ORDER BY created_at",
+            [stage, list(statuses)],
+        )
+
     def partitions_waiting_for_batches(self, stage: str, statuses: Sequence[str]) -> list[str]:
         """Partitions with sessions whose chunks' texts went in batches of `stage` in these statuses."""
         if not self._table_exists("provider_batches"):  # a snapshot from before migration 7
@@ -1090,12 +1098,6 @@ class Warehouse(_Queries):
             )
             if visible:
                 self.bump_generation()
-
-    def provider_batches_in(self, stage: str, statuses: Sequence[str]) -> list[dict[str, Any]]:
-        return self.query(
-            "SELECT * FROM provider_batches WHERE stage = ? AND status IN (SELECT unnest(?)) ORDER BY created_at",
-            [stage, list(statuses)],
-        )
 
     def provider_batch_requests(self, local_id: str) -> dict[str, str]:
         """custom_id -> input fingerprint of one batch."""

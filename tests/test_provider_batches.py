@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from conftest import CORPUS, write_corpus
-from openai_server import BATCHES, EMBEDDINGS, OpenAICompatibleServer, Reply
+from openai_server import BATCHES, CHAT, EMBEDDINGS, OpenAICompatibleServer, Reply
 
 from sessionmem_pipeline.cli import main
 from sessionmem_pipeline.client import SessionMemory
@@ -24,6 +24,10 @@ from sessionmem_pipeline.stages.run import index_sources
 from sessionmem_pipeline.status import check_health
 
 SOURCES = ("infra/backups.jsonl", "webshop/search.jsonl")
+SUMMARY_REPLY = json.dumps(
+    {"overview": "Backups and search were set up.", "topics": ["backups"], "decisions": ["Vacuum nightly."],
+     "key_points": ["Search got synonyms."], "open_items": []}
+)
 
 
 @pytest.fixture
@@ -32,15 +36,19 @@ def server() -> OpenAICompatibleServer:
         yield running
 
 
-def configured(base: Path, server: OpenAICompatibleServer, *, batch_api: bool = True) -> Settings:
+def configured(base: Path, server: OpenAICompatibleServer, *, batch_api: bool = True, chat: bool = False) -> Settings:
+    """The two sources, embedded by the server (through its Batch API or not); `chat`: summaries by its chat model
+    through its Batch API."""
     write_corpus(base / "sources", {name: CORPUS[name] for name in SOURCES})
     config = base / "sessionmem.toml"
+    llm = f'[llm]\nprovider = "openai"\nmodel = "chat-test"\nbase_url = "{server.base_url}"\nbatch_api = true\n'
     config.write_text(
         'warehouse = "w.duckdb"\nsources = ["sources"]\ntimezone = "UTC"\n'
         f'[embedding]\nprovider = "openai"\nmodel = "test-embed"\nbase_url = "{server.base_url}"\ndimensions = 64\n'
-        f"batch_api = {str(batch_api).lower()}\nbatch_min_backlog = 1\n",
+        f"batch_api = {str(batch_api).lower()}\nbatch_min_backlog = 1\n" + (f"{llm}batch_min_backlog = 1\n" if chat else ""),
         encoding="utf-8",
     )
+    server.default_chat_content = SUMMARY_REPLY
     return load_settings(config, env={}, cwd=base, home=base)
 
 
@@ -87,7 +95,8 @@ def test_a_batch_is_sent_its_chunks_wait_by_keyword_and_a_later_run_takes_vector
     memory = SessionMemory(settings=settings)
     assert memory.search("nightly database backups vacuum")[0].session_id == "infra/backups"  # by keyword
     state, reasons = check_health(settings)
-    assert state == "DEGRADED" and any(f"{chunks} chunks wait for 1 batches" in reason for reason in reasons)
+    assert state == "DEGRADED" and any(f"1 batches of the provider's Batch API are open, owing {chunks} chunks'"
+                                       in reason for reason in reasons)
     capsys.readouterr()
     assert main(["status", "--json", "--config", str(tmp_path / "batched" / "sessionmem.toml")]) == 0
     [shown] = json.loads(capsys.readouterr().out)["provider_batches"]
@@ -205,19 +214,19 @@ def test_a_run_killed_while_submitting_neither_loses_nor_duplicates_the_batch(
     assert len(vectors(settings)) == chunks and chunk_texts_embedded_plainly(settings, server) == 0
 
 
-def test_on_dagster_compute_leaves_chunk_texts_to_the_batch_and_the_sensor_polls_the_waiting_partitions(
+def test_on_dagster_compute_leaves_vectors_and_summaries_to_batches_and_the_sensor_polls_the_waiting_partitions(
     tmp_path: Path, server: OpenAICompatibleServer
 ) -> None:
     import dagster as dg
 
     from sessionmem_pipeline.definitions import defs
-    from sessionmem_pipeline.defs.assets import PIPELINE_ASSETS, chunk_embeddings, search_index
+    from sessionmem_pipeline.defs.assets import PIPELINE_ASSETS, chunk_embeddings, search_index, session_summaries
     from sessionmem_pipeline.defs.partitions import session_partitions
     from sessionmem_pipeline.defs.resources import SessionmemResource
     from sessionmem_pipeline.defs.sensors import provider_batches_sensor
     from sessionmem_pipeline.stages.discover import discover
 
-    settings = configured(tmp_path, server)
+    settings = configured(tmp_path, server, chat=True)
     resources = {"sessionmem": SessionmemResource(config_file=str(settings.config_file))}
     instance = dg.DagsterInstance.ephemeral()
     keys = sorted(source.partition_key for source in discover(settings.sources))
@@ -226,8 +235,10 @@ def test_on_dagster_compute_leaves_chunk_texts_to_the_batch_and_the_sensor_polls
     partitioned = [a for a in PIPELINE_ASSETS if a.partitions_def is not None]
     assert dg.materialize(partitioned + [search_index], instance=instance, resources=resources, tags=every).success
     chunks = chunk_count(settings)
-    assert len(server.batches) == 1 and vectors(settings) == {}
+    assert len(server.batches) == 2 and vectors(settings) == {} and summaries(settings) == {}
     assert chunk_texts_embedded_plainly(settings, server) == 0  # neither the compute step nor the commit
+    summary_prompts = [r for r in server.requests_to(CHAT) if "You summarize" in r.body["messages"][0]["content"]]
+    assert summary_prompts == []
 
     def tick() -> dg.SensorResult:
         return provider_batches_sensor(
@@ -235,28 +246,22 @@ def test_on_dagster_compute_leaves_chunk_texts_to_the_batch_and_the_sensor_polls
         )
 
     server.settle_batches("completed")
-    [request] = tick().run_requests
-    subset = request.asset_graph_subset.partitions_subsets_by_asset_key[chunk_embeddings.key]
-    assert sorted(subset.get_partition_keys()) == keys
-    polled = dg.materialize([chunk_embeddings, search_index], instance=instance, resources=resources, tags=every)
+    requests = tick().run_requests
+    polled_assets = [chunk_embeddings, session_summaries]
+    assert [sorted(r.asset_graph_subset.partitions_subsets_by_asset_key[a.key].get_partition_keys())
+            for r, a in zip(requests, polled_assets, strict=True)] == [keys, keys]
+    polled = dg.materialize(polled_assets + [search_index], instance=instance, resources=resources, tags=every)
 
-    assert polled.success and len(vectors(settings)) == chunks
+    assert polled.success and len(vectors(settings)) == chunks and len(summaries(settings)) == 2
     written = {m.metadata["batch_written"].value for m in polled.asset_materializations_for_node("chunk_embeddings")}
-    assert written == {chunks} and len(server.batches) == 1  # one step over both partitions: its counts on each
+    assert written == {chunks} and len(server.batches) == 2  # one step over both partitions: its counts on each
     assert not tick().run_requests  # nothing waits any more
 
 
 # ---- summaries --------------------------------------------------------------------------------------------------
 
-SUMMARY_REPLY = json.dumps(
-    {"overview": "Backups and search were set up.", "topics": ["backups"], "decisions": ["Vacuum nightly."],
-     "key_points": ["Search got synonyms."], "open_items": []}
-)
-
-
 def with_chat(settings: Settings, server: OpenAICompatibleServer, *, batch_api: bool) -> Settings:
     """Embeddings plain, summaries from a chat model, through the Batch API or not."""
-    server.default_chat_content = SUMMARY_REPLY
     return settings.with_overrides(
         {"embedding.batch_api": False, "llm.provider": "openai", "llm.model": "chat-test",
          "llm.base_url": server.base_url, "llm.batch_api": batch_api, "llm.batch_min_backlog": 1},
@@ -282,6 +287,7 @@ def test_summaries_wait_for_their_batch_and_equal_plain_ones_once_it_completed(
     sessions = len(summaries(plain))
     assert sessions == 2 and first.summary_batch_submitted == first.summaries_waiting == sessions
     assert summaries(settings) == {}
+    assert any(f"owing {sessions} summary requests" in reason for reason in check_health(settings)[1])
     second = index_sources(settings)
     assert second.summary_batch_submitted == 0 and second.summaries_waiting == sessions and len(server.batches) == 1
 

@@ -184,13 +184,14 @@ def summary_due_sensor(context: dg.SensorEvaluationContext, sessionmem: Sessionm
 
 
 @dg.sensor(
-    asset_selection=dg.AssetSelection.assets(chunk_embeddings, search_index),
+    asset_selection=dg.AssetSelection.assets(chunk_embeddings, session_summaries, search_index),
     minimum_interval_seconds=int(SENSOR_SETTINGS["sensors.batches_interval_minutes"] * 60),
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def provider_batches_sensor(context: dg.SensorEvaluationContext, sessionmem: SessionmemResource) -> dg.SensorResult:
-    """While batches of the provider's Batch API are open, a run of the embed step over the partitions waiting for
-    them each interval (it polls the batches, and writes the vectors of those finished)."""
+    """While batches of the provider's Batch API are open, each interval a run of the stage that sent them over the
+    partitions waiting for them (it polls the batches and writes what finished ones answered): the embed step over
+    the partitions whose chunks went in a batch, the summarize step over those with summaries still to build."""
     settings = sessionmem.settings()
     if read_storage_error(settings.warehouse):
         return dg.SensorResult(skip_reason="paused after a storage error; run `sessionmem health`")
@@ -198,14 +199,24 @@ def provider_batches_sensor(context: dg.SensorEvaluationContext, sessionmem: Ses
         return dg.SensorResult(skip_reason="nothing published yet")
     conn = open_reader(settings.warehouse)
     try:
-        keys = Snapshot(conn).partitions_waiting_for_batches(EMBED.name, WAITING)
+        snapshot = Snapshot(conn)
+        waiting = {EMBED.name: snapshot.partitions_waiting_for_batches(EMBED.name, WAITING), SUMMARIZE.name: []}
+        if snapshot.provider_batches_in(SUMMARIZE.name, WAITING):
+            stale = StageContext(snapshot, settings, Providers(settings), "provider_batches_sensor").stale(SUMMARIZE)
+            waiting[SUMMARIZE.name] = sorted({row["partition_key"] for row in pending(conn, list(stale))})
     finally:
         conn.close()
-    if not keys:
-        return dg.SensorResult(skip_reason="no chunk waits for a provider batch")
     tick = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    context.log.info(f"{len(keys)} files have chunks waiting for provider batches: polling them")
-    return dg.SensorResult(run_requests=[backfill_request([chunk_embeddings], keys, [search_index], f"batches-{tick}")])
+    assets = {EMBED.name: chunk_embeddings, SUMMARIZE.name: session_summaries}
+    requests = [
+        backfill_request([assets[stage]], keys, [search_index], f"batches-{stage}-{tick}")
+        for stage, keys in waiting.items()
+        if keys
+    ]
+    if not requests:
+        return dg.SensorResult(skip_reason="nothing waits for a provider batch")
+    context.log.info(", ".join(f"{len(keys)} files wait for {stage} batches" for stage, keys in waiting.items()))
+    return dg.SensorResult(run_requests=requests)
 
 
 CLI_RUNS = "cli-"
