@@ -87,7 +87,7 @@ def test_a_batch_is_sent_its_chunks_wait_by_keyword_and_a_later_run_takes_vector
     first = index_sources(settings)
 
     chunks = chunk_count(settings)
-    assert first.batch_submitted == first.batch_waiting == chunks > 0 and vectors(settings) == {}
+    assert first.embed_batch_submitted == first.chunks_waiting == chunks > 0 and vectors(settings) == {}
     assert [(status, requests) for _, status, requests, _ in batch_records(settings)] == [("validating", chunks)]
     sent = server.files[next(iter(server.batches.values()))["input_file_id"]].decode().splitlines()
     assert {json.loads(line)["url"] for line in sent} == {"/v1/embeddings"}
@@ -107,13 +107,13 @@ def test_a_batch_is_sent_its_chunks_wait_by_keyword_and_a_later_run_takes_vector
     )
 
     second = index_sources(settings)  # the provider is still working: nothing sent again, nothing embedded
-    assert second.batch_submitted == 0 and second.batch_waiting == chunks and len(server.batches) == 1
+    assert second.embed_batch_submitted == 0 and second.chunks_waiting == chunks and len(server.batches) == 1
     assert vectors(settings) == {}
 
     server.settle_batches("completed")
     third = index_sources(settings)
 
-    assert third.batch_written == chunks and third.embedded == 0 and third.batch_waiting == 0
+    assert third.embed_batch_written == chunks and third.embedded == 0 and third.chunks_waiting == 0
     assert vectors(settings) == vectors(plain)
     assert [(status, results) for _, status, _, results in batch_records(settings)] == [("applied", chunks)]
     assert check_health(settings)[0] == "OK"
@@ -136,9 +136,9 @@ def test_a_batch_that_ends_without_all_answers_falls_back_to_plain_requests_for_
     report = index_sources(settings)
 
     chunks = chunk_count(settings)
-    assert report.batch_written == answered and report.embedded == chunks - answered
+    assert report.embed_batch_written == answered and report.embedded == chunks - answered
     assert chunk_texts_embedded_plainly(settings, server) == chunks - answered
-    assert report.batch_submitted == 0 and len(server.batches) == 1  # the rest is not sent in a new batch
+    assert report.embed_batch_submitted == 0 and len(server.batches) == 1  # the rest is not sent in a new batch
     assert vectors(settings) == vectors(plain)
     assert [(status, results) for _, status, _, results in batch_records(settings)] == [(ending, answered)]
 
@@ -152,7 +152,7 @@ def test_switched_off_the_chunks_go_by_plain_requests_and_open_batches_are_polle
     report = index_sources(settings)
 
     chunks = chunk_count(settings)
-    assert report.embedded == len(vectors(settings)) == chunks and report.batch_waiting == 0
+    assert report.embedded == len(vectors(settings)) == chunks and report.chunks_waiting == 0
     assert [status for _, status, _, _ in batch_records(settings)] == ["validating"]
     server.settle_batches("completed")
     index_sources(settings)
@@ -161,17 +161,18 @@ def test_switched_off_the_chunks_go_by_plain_requests_and_open_batches_are_polle
         assert conn.execute("SELECT count(*) = count(DISTINCT text_hash) FROM embedding_cache").fetchone()[0]
 
 
-def test_a_provider_refusing_the_batch_costs_nothing_but_the_batch(
+def test_a_provider_refusing_batches_costs_nothing_but_the_batches(
     tmp_path: Path, server: OpenAICompatibleServer
 ) -> None:
     server.failing[BATCHES] = Reply.error(400, "batches are not enabled for this organization")
-    settings = configured(tmp_path, server)
+    settings = configured(tmp_path, server, chat=True)
 
     report = index_sources(settings)
 
     assert len(vectors(settings)) == chunk_count(settings) == report.embedded
-    assert [status for _, status, _, _ in batch_records(settings)] == ["abandoned"]
-    assert any("batch not submitted" in warning for warning in report.warnings)
+    assert report.summaries_written == len(summaries(settings)) == 2 and report.summaries_waiting == 0
+    assert [status for _, status, _, _ in batch_records(settings)] == ["abandoned", "abandoned"]
+    assert [w.split(" batch not submitted")[0] for w in report.warnings if "not submitted" in w] == ["embed", "summarize"]
 
 
 def killed_run(settings: Settings, fault: str) -> subprocess.CompletedProcess:

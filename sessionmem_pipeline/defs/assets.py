@@ -226,9 +226,9 @@ def chunk_embeddings(context: dg.AssetExecutionContext, sessionmem: SessionmemRe
             "embedded": report.embedded,
             "cached": report.embeddings_cached,
             "failed": report.embedding_failures,
-            "batch_submitted": report.batch_submitted,
-            "batch_written": report.batch_written,
-            "batch_waiting": report.batch_waiting,
+            "batch_submitted": report.embed_batch_submitted,
+            "batch_written": report.embed_batch_written,
+            "batch_waiting": report.chunks_waiting,
             **_computed_in_commit(report, "embed"),
         }
     )

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
-from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
 from sessionmem_pipeline.providers.embedders import OpenAIEmbedder
 from sessionmem_pipeline.providers.llm import OpenAIChatModel
+from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
 from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
 from sessionmem_pipeline.stages.memories import find_memory_files, ingest_memories
@@ -91,9 +91,9 @@ class StageReport:
     embedded: int = 0
     embeddings_cached: int = 0
     embedding_failures: int = 0
-    batch_submitted: int = 0  # texts sent to the provider's Batch API
-    batch_written: int = 0  # vectors a finished batch gave
-    batch_waiting: int = 0  # chunks whose vector a batch still owes
+    embed_batch_submitted: int = 0  # texts sent to the provider's Batch API
+    embed_batch_written: int = 0  # vectors a finished batch gave
+    chunks_waiting: int = 0  # chunks whose vector a batch still owes
     summary_batch_submitted: int = 0  # summary requests sent to the provider's Batch API
     summary_batch_answers: int = 0  # answers a finished batch gave
     summaries_waiting: int = 0  # sessions whose summary waits for a batch
@@ -322,9 +322,9 @@ def _batch_api(ctx: StageContext, report: StageReport) -> Callable[[list[dict]],
 
     def leave(pending: list[dict]) -> set[str]:
         outcome = batch_backlog(ctx.wh, pending, real, min_backlog, ctx.now)
-        report.batch_submitted += outcome.submitted
-        report.batch_written += outcome.written
-        report.batch_waiting += len({row["chunk_id"] for row in pending if row["context_hash"] in outcome.waiting})
+        report.embed_batch_submitted += outcome.submitted
+        report.embed_batch_written += outcome.written
+        report.chunks_waiting += len({row["chunk_id"] for row in pending if row["context_hash"] in outcome.waiting})
         report.warnings += outcome.errors
         return outcome.waiting
 
@@ -403,16 +403,19 @@ def _summarize_through_batches(
     summarize_now: Callable[[list[str], Any], SummaryOutcome],
 ) -> SummaryOutcome:
     """Summaries whose requests a batch answered are written; the others' requests are sent as a batch when there
-    are at least `llm.batch_min_backlog` (those sessions wait), else those sessions are summarized plainly."""
+    are at least `llm.batch_min_backlog` (those sessions wait), else (or when the provider refused the batch) those
+    sessions are summarized plainly."""
     outcome = summarize_now(sessions, chat)
     if len(chat.asked) >= max(ctx.settings["llm.batch_min_backlog"], 1):
         chat.send()
-    elif outcome.deferred:
+    if chat.unsent():
         chat.collecting = False
         again = summarize_now(outcome.deferred, chat)
         outcome.deferred = again.deferred
         outcome.handled += again.handled
         outcome.versions_written += again.versions_written
+        outcome.unchanged += again.unchanged
+        outcome.messages_read += again.messages_read
         outcome.llm_fallbacks += again.llm_fallbacks
     return outcome
 

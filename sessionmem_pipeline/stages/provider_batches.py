@@ -74,9 +74,7 @@ class BatchOutcome:
     """What the Batch API did in one run of a stage."""
 
     submitted: int = 0  # requests sent in new batches
-    written: int = 0  # answers kept from finished batches
-    stale: int = 0  # answers dropped: their input is gone
-    fell_back: int = 0  # requests of finished batches without an answer (plain requests take them)
+    written: int = 0  # answers kept from finished batches (those whose input is gone are dropped)
     waiting: set[str] = field(default_factory=set)  # input fingerprints in open batches: the plain step leaves them
     errors: list[str] = field(default_factory=list)
 
@@ -123,14 +121,12 @@ def poll(wh: Warehouse, work: BatchedStage, outcome: BatchOutcome, now: datetime
             batch["local_id"], {requests[c]: body for c, body in replies.items() if c in requests}
         )
         outcome.written += kept
-        outcome.stale += len(answered) - kept
         completed = state.status == "completed"
         wh.update_provider_batch(
             batch["local_id"], batch_id=state.batch_id, status=APPLIED if completed else state.status,
             results=len(answered), error=None if completed else state.error, checked_at=now, finished_at=now,
         )
         released |= set(requests.values()) - answered
-    outcome.fell_back += len(released)
     return released
 
 
@@ -269,6 +265,10 @@ class BatchedChat:
     def send(self) -> None:
         """The requests asked while collecting, as a batch."""
         self._send(self.asked)
+
+    def unsent(self) -> bool:
+        """Whether requests were asked that no batch waits for (not sent, or the provider refused the batch)."""
+        return any(fingerprint not in self._waiting for fingerprint in self.asked)
 
 
 def batched_chat(wh: Warehouse, llm: OpenAIChatModel, outcome: BatchOutcome, now: datetime) -> BatchedChat:
