@@ -149,6 +149,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         print(f"... and {len(report.warnings) - 20} more warnings (sessionmem status)", file=sys.stderr)
     for line in report.format_lines():
         print(line)
+    if (batches := report.batch_line()) is not None:
+        print(batches)
     print(report.summary_line())
     return 0
 

@@ -88,6 +88,7 @@ def test_a_batch_is_sent_its_chunks_wait_by_keyword_and_a_later_run_takes_vector
 
     chunks = chunk_count(settings)
     assert first.embed_batch_submitted == first.chunks_waiting == chunks > 0 and vectors(settings) == {}
+    assert first.batch_line().startswith(f"provider batches: {chunks} texts sent, 0 vectors taken, {chunks} chunks wait")
     assert [(status, requests) for _, status, requests, _ in batch_records(settings)] == [("validating", chunks)]
     sent = server.files[next(iter(server.batches.values()))["input_file_id"]].decode().splitlines()
     assert {json.loads(line)["url"] for line in sent} == {"/v1/embeddings"}
@@ -114,6 +115,7 @@ def test_a_batch_is_sent_its_chunks_wait_by_keyword_and_a_later_run_takes_vector
     third = index_sources(settings)
 
     assert third.embed_batch_written == chunks and third.embedded == 0 and third.chunks_waiting == 0
+    assert third.batch_line().startswith(f"provider batches: 0 texts sent, {chunks} vectors taken, 0 chunks wait")
     assert vectors(settings) == vectors(plain)
     assert [(status, results) for _, status, _, results in batch_records(settings)] == [("applied", chunks)]
     assert check_health(settings)[0] == "OK"
