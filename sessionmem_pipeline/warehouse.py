@@ -648,6 +648,11 @@ class _Queries:
             "WHERE session_id IN (SELECT unnest(?)))",
             hashes,
         )
+        self.conn.execute(  # what their texts were sent to the provider's Batch API as
+            "DELETE FROM provider_batch_requests WHERE input_fp IN (SELECT context_hash FROM chunks "
+            "WHERE session_id IN (SELECT unnest(?)))",
+            hashes,
+        )
 
     def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
         """Start, end, counts and speakers of sessions, from their messages."""
@@ -1124,6 +1129,16 @@ class Warehouse(_Queries):
                     [answer, local_id, custom_id],
                 )
 
+    def clear_batch_answers(self, input_fps: Sequence[str] | None = None) -> None:
+        """Forget the answers kept for these requests (all when None): used, or their session forgotten."""
+        if input_fps is None:
+            self.conn.execute("UPDATE provider_batch_requests SET answer = NULL WHERE answer IS NOT NULL")
+        elif input_fps:
+            self.conn.execute(
+                "UPDATE provider_batch_requests SET answer = NULL WHERE input_fp IN (SELECT unnest(?))",
+                [list(input_fps)],
+            )
+
     def batch_answer(self, stage: str, model: str, input_fp: str) -> str | None:
         """The answer a batch of `stage` for `model` gave to a request made from `input_fp`, if any did."""
         return self.scalar(
@@ -1217,6 +1232,7 @@ class Warehouse(_Queries):
         ids = list(session_ids)
         rows = self.query("SELECT session_id, project FROM sessions WHERE session_id IN (SELECT unnest(?))", [ids])
         self.delete_session_caches(ids)
+        self.clear_batch_answers()  # a chat answer is known only by its request's fingerprint: all are asked again
         self.delete_sessions(ids, purge=True)
         self.delete_where("session_threads", "session_id", ids)
         self.conn.execute(

@@ -301,6 +301,8 @@ def test_summaries_wait_for_their_batch_and_equal_plain_ones_once_it_completed(
     assert third.summaries_waiting == 0 and summaries(settings) == summaries(plain)
     assert {model for model, _ in summaries(settings).values()} == {"chat-test"}
     assert [(status, results) for _, status, _, results in batch_records(settings)] == [("applied", sessions)]
+    with duckdb.connect(str(settings.warehouse), read_only=True) as conn:  # used: the summaries hold what they said
+        assert conn.execute("SELECT count(*) FROM provider_batch_requests WHERE answer IS NOT NULL").fetchone() == (0,)
 
 
 def test_summaries_of_a_failed_batch_are_asked_plainly(tmp_path: Path, server: OpenAICompatibleServer) -> None:
@@ -314,3 +316,21 @@ def test_summaries_of_a_failed_batch_are_asked_plainly(tmp_path: Path, server: O
 
     assert report.summaries_written == 2 and report.summary_batch_submitted == 0 and len(server.batches) == 1
     assert summaries(settings) == summaries(plain)
+
+
+def test_forgetting_a_session_leaves_nothing_of_it_in_the_batch_records(
+    tmp_path: Path, server: OpenAICompatibleServer
+) -> None:
+    from sessionmem_pipeline.stages.run import forget
+
+    settings = configured(tmp_path, server)
+    index_sources(settings)
+    with duckdb.connect(str(settings.warehouse), read_only=True) as conn:
+        kept = conn.execute(
+            "SELECT count(*) FROM chunks WHERE session_id <> 'infra/backups'"
+        ).fetchone()[0]
+
+    forget(settings, session_id="infra/backups")
+
+    with duckdb.connect(str(settings.warehouse), read_only=True) as conn:
+        assert conn.execute("SELECT count(*) FROM provider_batch_requests").fetchone()[0] == kept > 0

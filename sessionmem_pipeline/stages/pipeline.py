@@ -379,6 +379,8 @@ def _summarize_stale(ctx: StageContext, report: StageReport, chat: BatchedChat |
         outcome = _summarize_through_batches(ctx, chat, list(work), summarize_now)
     with ctx.wh.transaction():
         ctx.record(SUMMARIZE, {s: work[s] for s in outcome.handled})
+        if chat is not None:
+            ctx.wh.clear_batch_answers(sorted(chat.used))  # the summaries hold what they said
     fault_point("summarize", "in")
     files.remove_consumed(ctx.scope)
     report.summaries_written += outcome.versions_written

@@ -245,6 +245,7 @@ class BatchedChat:
         self.max_in_flight = 1
         self.collecting = True
         self.asked: dict[str, dict[str, Any]] = {}
+        self.used: set[str] = set()  # answered requests: their answers are cleared once the summaries are recorded
         self._wh, self._real, self._waiting, self._released, self._send = wh, real, waiting, released, send
 
     def complete_json(self, system: str, user: str) -> dict[str, Any]:
@@ -252,6 +253,7 @@ class BatchedChat:
         fingerprint = request_fingerprint(body)
         answer = self._wh.batch_answer(SUMMARIZE.name, self.model, fingerprint)
         if answer is not None:
+            self.used.add(fingerprint)
             try:
                 return parse_json_object(answer)
             except ValueError:  # the plain path asks the model to fix its reply
