@@ -305,6 +305,22 @@ def test_summaries_wait_for_their_batch_and_equal_plain_ones_once_it_completed(
         assert conn.execute("SELECT count(*) FROM provider_batch_requests WHERE answer IS NOT NULL").fetchone() == (0,)
 
 
+def test_summaries_switched_off_go_plainly_and_open_batches_are_polled_to_their_end(
+    tmp_path: Path, server: OpenAICompatibleServer
+) -> None:
+    batched = with_chat(configured(tmp_path, server), server, batch_api=True)
+    index_sources(batched)
+    settings = with_chat(batched, server, batch_api=False)
+
+    report = index_sources(settings)
+
+    assert report.summaries_written == len(summaries(settings)) == 2 and report.summaries_waiting == 0
+    assert [status for _, status, _, _ in batch_records(settings)] == ["validating"]
+    server.settle_batches("completed")
+    index_sources(settings)
+    assert [status for _, status, _, _ in batch_records(settings)] == ["applied"]
+
+
 def test_summaries_of_a_failed_batch_are_asked_plainly(tmp_path: Path, server: OpenAICompatibleServer) -> None:
     plain = with_chat(configured(tmp_path / "plain", server), server, batch_api=False)
     index_sources(plain)

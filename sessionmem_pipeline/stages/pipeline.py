@@ -390,12 +390,16 @@ def _summarize_stale(ctx: StageContext, report: StageReport, chat: BatchedChat |
 
 def _batched_chat(ctx: StageContext) -> tuple[BatchedChat, BatchOutcome] | None:
     """With `llm.batch_api` and a remote chat model: its summarize batches polled, and a model answering from
-    them (stages/provider_batches.py)."""
+    them (stages/provider_batches.py). Switched off, batches still open are polled to their end, and no
+    summary waits for them."""
+    on = chat_batch_api_on(ctx.settings)
+    if not ctx.settings.llm_enabled or not (on or ctx.wh.provider_batches_in(SUMMARIZE.name, WAITING)):
+        return None
     llm = ctx.providers.llm
-    if not chat_batch_api_on(ctx.settings) or not isinstance(llm, OpenAIChatModel):
+    if not isinstance(llm, OpenAIChatModel):
         return None
     outcome = BatchOutcome()
-    return batched_chat(ctx.wh, llm, outcome, ctx.now), outcome
+    return batched_chat(ctx.wh, llm, outcome, ctx.now, wait=on), outcome
 
 
 def _summarize_through_batches(

@@ -273,8 +273,11 @@ class BatchedChat:
         return any(fingerprint not in self._waiting for fingerprint in self.asked)
 
 
-def batched_chat(wh: Warehouse, llm: OpenAIChatModel, outcome: BatchOutcome, now: datetime) -> BatchedChat:
-    """The summarize stage's open batches polled (their answers kept), and a chat model answering from them."""
+def batched_chat(
+    wh: Warehouse, llm: OpenAIChatModel, outcome: BatchOutcome, now: datetime, *, wait: bool = True
+) -> BatchedChat:
+    """The summarize stage's open batches polled (their answers kept), and a chat model answering from them; not
+    `wait`ing (the Batch API was switched off), it sends every request it has no answer for plainly."""
 
     def keep(local_id: str, replies: Mapping[str, dict]) -> tuple[set[str], int]:
         answers = {fp: text for fp, body in replies.items() if (text := reply_text(body)) is not None}
@@ -283,6 +286,7 @@ def batched_chat(wh: Warehouse, llm: OpenAIChatModel, outcome: BatchOutcome, now
 
     work = BatchedStage(SUMMARIZE.name, CHAT_ENDPOINT, llm.model, llm.batch_api(), keep)
     released = poll(wh, work, outcome, now)
-    waiting = wh.inputs_in_provider_batches(SUMMARIZE.name, llm.model, WAITING)
-    outcome.waiting = waiting
-    return BatchedChat(wh, llm, waiting, released, lambda asked: submit(wh, work, asked, outcome, now))
+    outcome.waiting = wh.inputs_in_provider_batches(SUMMARIZE.name, llm.model, WAITING) if wait else set()
+    chat = BatchedChat(wh, llm, outcome.waiting, released, lambda asked: submit(wh, work, asked, outcome, now))
+    chat.collecting = wait
+    return chat
