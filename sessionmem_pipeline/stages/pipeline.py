@@ -309,14 +309,18 @@ def embed(ctx: StageContext, report: StageReport) -> None:
         report.errors.append(SessionMemoryError(ErrorType.EMBEDDING_FAILED, message).as_dict())
 
 
+def _talks_to_batches(ctx: StageContext, stage: Stage, on: bool, remote: bool) -> bool:
+    """Whether a stage with a remote model uses the Batch API this run: it is on, or batches it sent are open."""
+    return remote and (on or bool(ctx.wh.provider_batches_in(stage.name, WAITING)))
+
+
 def _batch_api(ctx: StageContext, report: StageReport) -> Callable[[list[dict]], set[str]] | None:
     """With a remote embedder: what the embed step leaves to the provider's Batch API (polled, and sent the
     backlog, first). Switched off, batches still open are polled to their end, and nothing is left to them."""
     on = batch_api_on(ctx.settings)
-    if not ctx.settings.remote_embeddings or not (on or ctx.wh.provider_batches_in(EMBED.name, WAITING)):
+    if not _talks_to_batches(ctx, EMBED, on, ctx.settings.remote_embeddings):
         return None
-    real = ctx.providers.embedder
-    if not isinstance(real, OpenAIEmbedder):
+    if not isinstance(real := ctx.providers.embedder, OpenAIEmbedder):
         return None
     min_backlog = ctx.settings["embedding.batch_min_backlog"] if on else None
 
@@ -393,10 +397,9 @@ def _batched_chat(ctx: StageContext) -> tuple[BatchedChat, BatchOutcome] | None:
     them (stages/provider_batches.py). Switched off, batches still open are polled to their end, and no
     summary waits for them."""
     on = chat_batch_api_on(ctx.settings)
-    if not ctx.settings.llm_enabled or not (on or ctx.wh.provider_batches_in(SUMMARIZE.name, WAITING)):
+    if not _talks_to_batches(ctx, SUMMARIZE, on, ctx.settings.llm_enabled):
         return None
-    llm = ctx.providers.llm
-    if not isinstance(llm, OpenAIChatModel):
+    if not isinstance(llm := ctx.providers.llm, OpenAIChatModel):
         return None
     outcome = BatchOutcome()
     return batched_chat(ctx.wh, llm, outcome, ctx.now, wait=on), outcome
