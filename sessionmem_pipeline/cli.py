@@ -149,6 +149,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         print(f"... and {len(report.warnings) - 20} more warnings (sessionmem status)", file=sys.stderr)
     for line in report.format_lines():
         print(line)
+    if (batches := report.batch_line()) is not None:
+        print(batches)
     print(report.summary_line())
     return 0
 
@@ -228,6 +230,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"quarantined: {item['path']}: {item['reason']}")
     for problem in status["source_problems"]:
         print(f"source problem ({problem['kind']}): {problem['path']}: {problem['detail']}")
+    for batch in status["provider_batches"]:
+        print(
+            f"provider batch {batch['batch_id'] or batch['local_id']} ({batch['stage']}): {batch['status']}, "
+            f"{batch['requests']} requests for {batch['chunks']} chunks, sent {local_time(batch['created_at'], settings.timezone)}"
+        )
     if status["excluded"]:
         print(f"kept out by privacy rules: {len(status['excluded'])} sessions (status --json lists them)")
     if status["seconds_per_session"] is not None:

@@ -50,11 +50,15 @@ DEFAULTS: dict[str, Any] = {
     "embedding.batch_size": 64,
     "embedding.api_key": None,
     "embedding.max_in_flight": 4,  # remote embedders: requests sent at once (a remote API is latency-bound)
+    "embedding.batch_api": False,  # remote embedders: a large backlog goes through the provider's Batch API
+    "embedding.batch_min_backlog": 1000,  # texts to embed below which plain requests are used
     "llm.provider": "none",
     "llm.model": "gpt-4o-mini",
     "llm.base_url": None,
     "llm.api_key": None,
     "llm.max_in_flight": 4,  # chat requests sent at once (topics, summaries); Retry-After pauses all of them
+    "llm.batch_api": False,  # summaries' chat requests go through the provider's Batch API
+    "llm.batch_min_backlog": 100,  # summary requests below which plain requests are used
     "staging.path": None,  # where parallel compute steps leave results for the writer; default: beside the warehouse
     "summaries.enabled": True,
     "summaries.idle_minutes": 30,
@@ -69,6 +73,7 @@ DEFAULTS: dict[str, Any] = {
     "search.time_boost": 0.3,
     "sensors.files_interval_minutes": 1.0,
     "sensors.summaries_interval_minutes": 5.0,
+    "sensors.batches_interval_minutes": 10.0,  # how often Dagster polls open provider batches
     "privacy.exclude_paths": [],  # globs over session file paths (a pattern without "/" matches any one folder name)
     "privacy.exclude_projects": [],  # globs over project names and sessions' working folders
 }

@@ -7,7 +7,12 @@ import dagster as dg
 from sessionmem_pipeline.defs.assets import PIPELINE_ASSETS
 from sessionmem_pipeline.defs.checks import PIPELINE_CHECKS
 from sessionmem_pipeline.defs.resources import SessionmemResource
-from sessionmem_pipeline.defs.sensors import session_files_sensor, summary_due_sensor, warehouse_state_sensor
+from sessionmem_pipeline.defs.sensors import (
+    provider_batches_sensor,
+    session_files_sensor,
+    summary_due_sensor,
+    warehouse_state_sensor,
+)
 
 
 def _executor() -> dg.ExecutorDefinition | None:
@@ -24,6 +29,6 @@ defs = dg.Definitions(
     executor=_executor(),
     assets=PIPELINE_ASSETS,
     asset_checks=PIPELINE_CHECKS,
-    sensors=[session_files_sensor, summary_due_sensor, warehouse_state_sensor],
+    sensors=[session_files_sensor, summary_due_sensor, warehouse_state_sensor, provider_batches_sensor],
     resources={"sessionmem": SessionmemResource()},
 )

@@ -17,6 +17,7 @@ from sessionmem_pipeline.core.models import SESSION_SKIP_REASONS
 from sessionmem_pipeline.providers import embedder_from_settings
 from sessionmem_pipeline.stages.discover import discover
 from sessionmem_pipeline.stages.privacy import privacy_rules
+from sessionmem_pipeline.stages.provider_batches import WAITING
 from sessionmem_pipeline.warehouse import (
     SCHEMA_VERSION,
     Snapshot,
@@ -31,6 +32,7 @@ from sessionmem_pipeline.warehouse import (
     open_reader,
     search_log_path,
     snapshot_path,
+    sql_string_list,
 )
 
 
@@ -121,6 +123,7 @@ def read_status(settings: Settings) -> dict[str, Any]:
         skipped_sessions = _skipped_sessions(conn)
         problems = _optional_rows(conn, SOURCE_PROBLEMS_SQL)
         excluded = _optional_rows(conn, EXCLUDED_SQL)
+        waiting_batches = _optional_rows(conn, WAITING_BATCHES_SQL)
         model = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
         topics = conn.execute(
             """SELECT topic, count(*) AS n FROM (SELECT unnest(topics) AS topic FROM chunks)
@@ -150,6 +153,7 @@ def read_status(settings: Settings) -> dict[str, Any]:
         "excluded": excluded,
         "sessions_source_missing": source_missing,
         "stale_stages": stale,
+        "provider_batches": waiting_batches,
         "last_writer": read_run_marker(warehouse),
         "searches": search_metrics(warehouse),
     }
@@ -177,6 +181,14 @@ def _optional_rows(conn: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, 
 
 
 SOURCE_PROBLEMS_SQL = "SELECT root, path, kind, detail, recorded_at FROM source_problems ORDER BY root, path"
+WAITING_BATCHES_SQL = f"""
+    SELECT b.stage, b.local_id, b.batch_id, b.status, b.requests, b.created_at, b.checked_at,
+           (SELECT count(*) FROM chunks c WHERE c.context_hash IN (
+               SELECT r.input_fp FROM provider_batch_requests r WHERE r.local_id = b.local_id)) AS chunks
+    FROM provider_batches b
+    WHERE b.status IN ({sql_string_list(WAITING)})
+    ORDER BY b.created_at"""
+"""Batches sent to the provider's Batch API that have not been answered yet (stages/provider_batches.py)."""
 EXCLUDED_SQL = "SELECT path, session_id, reason, excluded_at FROM excluded_sessions ORDER BY path, session_id"
 
 
@@ -221,10 +233,13 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
         conn_model = model_row[0] if model_row else None
         last_indexed = conn.execute("SELECT max(last_indexed_at) FROM source_files").fetchone()[0]
         source_problems = [p for p in _optional_rows(conn, SOURCE_PROBLEMS_SQL) if p["kind"] != "missing_root"]
+        waiting_batches = _optional_rows(conn, WAITING_BATCHES_SQL)
     finally:
         conn.close()
     if chunks and not fts:
         errors.append("keyword index missing: run `sessionmem index`")
+    if waiting_batches:
+        problems.append(_waiting_batches_problem(waiting_batches))
     if embedded < chunks:
         problems.append(f"{chunks - embedded} of {chunks} chunks have no embedding ({failures} failed)")
     if quarantined:
@@ -245,6 +260,18 @@ def check_health(settings: Settings) -> tuple[str, list[str]]:
     if errors:
         return "ERROR", errors + problems
     return ("DEGRADED" if problems else "OK"), problems
+
+
+def _waiting_batches_problem(batches: list[dict[str, Any]]) -> str:
+    """One line on the open batches of the provider's Batch API: what waits for them, per stage."""
+    chunks = sum(b["chunks"] for b in batches if b["stage"] == "embed")
+    requests = sum(b["requests"] for b in batches if b["stage"] == "summarize")
+    owed = [f"{chunks} chunks' vectors (found by keyword meanwhile)"] if chunks else []
+    owed += [f"{requests} summary requests"] if requests else []
+    return (
+        f"{len(batches)} batches of the provider's Batch API are open, owing {' and '.join(owed) or 'nothing now'} "
+        f"(the oldest sent {batches[0]['created_at']:%Y-%m-%d %H:%M}): `sessionmem index` polls them"
+    )
 
 
 def try_recover(warehouse: Path) -> tuple[bool, str]:

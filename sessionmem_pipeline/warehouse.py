@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import pyarrow as pa  # imported by the writer only (insert): readers do not pay for it
 
 DATABASE = "wh"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -240,6 +240,15 @@ MIGRATIONS: dict[int, list[str]] = {
         # a warehouse with no documents yet is complete as it is; an older one is indexed once (ensure_keyword_index)
         """INSERT INTO meta SELECT 'kw_built', '1'
            WHERE NOT EXISTS (FROM chunks) AND NOT EXISTS (FROM session_summaries) AND NOT EXISTS (FROM memories)""",
+    ],
+    7: [  # work sent to a provider's Batch API (stages/provider_batches.py): recorded before it is submitted
+        """CREATE TABLE provider_batches (
+            local_id VARCHAR, stage VARCHAR, model VARCHAR, endpoint VARCHAR, batch_id VARCHAR, input_file_id VARCHAR,
+            status VARCHAR, requests INTEGER, results INTEGER, error VARCHAR, created_at TIMESTAMPTZ,
+            submitted_at TIMESTAMPTZ, checked_at TIMESTAMPTZ, finished_at TIMESTAMPTZ)""",
+        # each request line of a batch: its custom_id, the fingerprint of the input it was made from, and the answer
+        # when the stage keeps it here (a chat reply; vectors go to the embedding cache)
+        "CREATE TABLE provider_batch_requests (local_id VARCHAR, custom_id VARCHAR, input_fp VARCHAR, answer VARCHAR)",
     ],
 }
 
@@ -670,6 +679,11 @@ class _Queries:
             "WHERE session_id IN (SELECT unnest(?)))",
             hashes,
         )
+        self.conn.execute(  # what their texts were sent to the provider's Batch API as
+            "DELETE FROM provider_batch_requests WHERE input_fp IN (SELECT context_hash FROM chunks "
+            "WHERE session_id IN (SELECT unnest(?)))",
+            hashes,
+        )
 
     def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
         """Start, end, counts and speakers of sessions, from their messages."""
@@ -779,6 +793,27 @@ class _Queries:
             else:
                 counts[stage] = len(self.stale_sessions(stage, key, upstream, upstream_key))
         return counts
+
+    def provider_batches_in(self, stage: str, statuses: Sequence[str]) -> list[dict[str, Any]]:
+        if not self._table_exists("provider_batches"):  # a snapshot from before migration 7
+            return []
+        return self.query(
+            "SELECT * FROM provider_batches WHERE stage = ? AND status IN (SELECT unnest(?)) ORDER BY created_at",
+            [stage, list(statuses)],
+        )
+
+    def partitions_waiting_for_batches(self, stage: str, statuses: Sequence[str]) -> list[str]:
+        """Partitions with sessions whose chunks' texts went in batches of `stage` in these statuses."""
+        if not self._table_exists("provider_batches"):  # a snapshot from before migration 7
+            return []
+        rows = self.conn.execute(
+            """SELECT DISTINCT s.partition_key
+               FROM provider_batches b JOIN provider_batch_requests r USING (local_id)
+               JOIN chunks c ON c.context_hash = r.input_fp JOIN sessions s ON s.session_id = c.session_id
+               WHERE b.stage = ? AND b.status IN (SELECT unnest(?)) ORDER BY s.partition_key""",
+            [stage, list(statuses)],
+        ).fetchall()
+        return [key for (key,) in rows]
 
     def generation(self) -> int:
         """Bumped by every transaction that changes what readers see; the snapshot carries the value it was
@@ -1096,6 +1131,79 @@ class Warehouse(_Queries):
             self.set_meta("kw_unsorted_postings", "0")
         return True
 
+    # -- provider batches (stages/provider_batches.py) --
+
+    def record_provider_batch(self, batch: Mapping[str, Any], requests: Mapping[str, str]) -> None:
+        """A batch about to be submitted, with what each custom_id stands for (its input fingerprint)."""
+        with self.transaction():
+            self.insert("provider_batches", [batch])
+            self.insert(
+                "provider_batch_requests",
+                [{"local_id": batch["local_id"], "custom_id": c, "input_fp": fp} for c, fp in requests.items()],
+            )
+            self.bump_generation()
+
+    def update_provider_batch(self, local_id: str, *, visible: bool = True, **changes: Any) -> None:
+        """Columns of one recorded batch (status, provider ids, times): its own transaction, committed at once.
+        Not `visible` (only the time it was last asked about changes): the snapshot need not be published again."""
+        assignments = ", ".join(f"{column} = ?" for column in changes)
+        with self.transaction():
+            self.conn.execute(
+                f"UPDATE provider_batches SET {assignments} WHERE local_id = ?", [*changes.values(), local_id]
+            )
+            if visible:
+                self.bump_generation()
+
+    def provider_batch_requests(self, local_id: str) -> dict[str, str]:
+        """custom_id -> input fingerprint of one batch."""
+        rows = self.conn.execute(
+            "SELECT custom_id, input_fp FROM provider_batch_requests WHERE local_id = ?", [local_id]
+        ).fetchall()
+        return dict(rows)
+
+    def inputs_in_provider_batches(self, stage: str, model: str, statuses: Sequence[str]) -> set[str]:
+        """Input fingerprints that batches of `stage` for `model` in these statuses were made for."""
+        rows = self.conn.execute(
+            """SELECT DISTINCT r.input_fp FROM provider_batch_requests r JOIN provider_batches b USING (local_id)
+               WHERE b.stage = ? AND b.model = ? AND b.status IN (SELECT unnest(?))""",
+            [stage, model, list(statuses)],
+        ).fetchall()
+        return {fp for (fp,) in rows}
+
+    def store_batch_answers(self, local_id: str, answers: Mapping[str, str]) -> None:
+        """Answers of one batch's requests, by custom_id."""
+        with self.transaction():
+            for custom_id, answer in answers.items():
+                self.conn.execute(
+                    "UPDATE provider_batch_requests SET answer = ? WHERE local_id = ? AND custom_id = ?",
+                    [answer, local_id, custom_id],
+                )
+
+    def clear_batch_answers(self, input_fps: Sequence[str] | None = None) -> None:
+        """Forget the answers kept for these requests (all when None): used, or their session forgotten."""
+        if input_fps is None:
+            self.conn.execute("UPDATE provider_batch_requests SET answer = NULL WHERE answer IS NOT NULL")
+        elif input_fps:
+            self.conn.execute(
+                "UPDATE provider_batch_requests SET answer = NULL WHERE input_fp IN (SELECT unnest(?))",
+                [list(input_fps)],
+            )
+
+    def batch_answer(self, stage: str, model: str, input_fp: str) -> str | None:
+        """The answer a batch of `stage` for `model` gave to a request made from `input_fp`, if any did."""
+        return self.scalar(
+            """SELECT r.answer FROM provider_batch_requests r JOIN provider_batches b USING (local_id)
+               WHERE b.stage = ? AND b.model = ? AND r.input_fp = ? AND r.answer IS NOT NULL LIMIT 1""",
+            [stage, model, input_fp],
+        )
+
+    def chunk_context_hashes(self, text_hashes: Sequence[str]) -> set[str]:
+        """Those of these context hashes that some chunk still has (the others' text is gone)."""
+        rows = self.conn.execute(
+            "SELECT DISTINCT context_hash FROM chunks WHERE context_hash IN (SELECT unnest(?))", [list(text_hashes)]
+        ).fetchall()
+        return {digest for (digest,) in rows}
+
     # -- durable stage state --
 
     def bump_generation(self) -> None:
@@ -1174,6 +1282,7 @@ class Warehouse(_Queries):
         ids = list(session_ids)
         rows = self.query("SELECT session_id, project FROM sessions WHERE session_id IN (SELECT unnest(?))", [ids])
         self.delete_session_caches(ids)
+        self.clear_batch_answers()  # a chat answer is known only by its request's fingerprint: all are asked again
         self.delete_sessions(ids, purge=True)
         self.delete_where("session_threads", "session_id", ids)
         self.conn.execute(

@@ -4,13 +4,17 @@ Tests talk to it with the real `openai` client over real HTTP, so retries, statu
 bodies are exercised the way a remote server (OpenAI, Ollama, vLLM, LM Studio) would produce them.
 Serves POST /v1/embeddings and POST /v1/chat/completions. Each endpoint has a queue of scripted
 replies; when the queue is empty, embeddings are deterministic fake vectors (hashed tokens) and chat
-completions answer with `default_chat_content`.
+completions answer with `default_chat_content`. The Batch API too: POST /v1/files (multipart, purpose=batch),
+POST /v1/batches, GET /v1/batches (list) and /v1/batches/{id}, GET /v1/files/{id}/content; a batch stays
+"validating" until the test settles it (`settle_batches`), which answers each request line as the endpoint would.
 """
 
 from __future__ import annotations
 
 import base64
+import email.parser
 import hashlib
+import itertools
 import json
 import re
 import threading
@@ -25,6 +29,9 @@ import numpy as np
 
 EMBEDDINGS = "/v1/embeddings"
 CHAT = "/v1/chat/completions"
+FILES = "/v1/files"
+BATCHES = "/v1/batches"
+OPEN_BATCH_STATUSES = ("validating", "in_progress", "finalizing")
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,11 @@ class OpenAICompatibleServer:
     failing: dict[str, Reply] = field(default_factory=dict)
     """Endpoint -> the reply it gives to every request while set (a server that is down), after the queue."""
     requests: list[RecordedRequest] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Uploaded and result files by id (the Batch API)."""
+    batches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Batch objects by id, as GET /v1/batches/{id} returns them."""
+    _ids: Any = field(default_factory=itertools.count)
     _queues: dict[str, deque[Reply]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _in_flight: int = 0
@@ -135,6 +147,37 @@ class OpenAICompatibleServer:
         """Every request received on one endpoint, in arrival order."""
         with self._lock:
             return [request for request in self.requests if request.path == path]
+
+    def settle_batches(self, status: str = "completed", *, answered: int | None = None) -> None:
+        """Every open batch ends with `status`. Its first `answered` requests (all when None) get a result line in
+        the output file, as the endpoint would answer them; the rest an error line ("expired" keeps what finished,
+        as OpenAI does; "failed" and "cancelled" answer nothing unless `answered` says so)."""
+        with self._lock:
+            for batch in self.batches.values():
+                if batch["status"] not in OPEN_BATCH_STATUSES:
+                    continue
+                lines = [json.loads(line) for line in self.files[batch["input_file_id"]].splitlines() if line.strip()]
+                done = len(lines) if answered is None and status == "completed" else answered or 0
+                outputs, errors = [], []
+                for position, line in enumerate(lines):
+                    if position < done:
+                        reply = self._normal_reply(line["url"], line["body"])
+                        response = {"status_code": reply.status, "request_id": f"req_{position}", "body": json.loads(reply.body)}
+                        outputs.append({"id": f"out_{position}", "custom_id": line["custom_id"], "response": response, "error": None})
+                    else:
+                        error = {"code": "batch_expired", "message": f"batch {status}"}
+                        errors.append({"id": f"err_{position}", "custom_id": line["custom_id"], "response": None, "error": error})
+                batch["status"] = status
+                batch["request_counts"] = {"total": len(lines), "completed": len(outputs), "failed": len(errors)}
+                if outputs:
+                    batch["output_file_id"] = self._store_file(outputs)
+                if errors:
+                    batch["error_file_id"] = self._store_file(errors)
+
+    def _store_file(self, lines: list[dict[str, Any]]) -> str:
+        file_id = f"file-{next(self._ids)}"
+        self.files[file_id] = "".join(json.dumps(line) + "\n" for line in lines).encode()
+        return file_id
 
     def __enter__(self) -> OpenAICompatibleServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -172,10 +215,39 @@ class OpenAICompatibleServer:
             return queue.popleft() if queue else self.failing.get(request.path)
 
     def _normal_reply(self, path: str, body: Any) -> Reply:
+        if path.startswith((FILES, BATCHES)):
+            with self._lock:
+                return self._batch_api_reply(path, body)
         if path == EMBEDDINGS:
             return Reply.json(self._embeddings_response(body))
         if path == CHAT:
             return Reply.chat(self.default_chat_content, model=body.get("model", "fake-chat"))
+        return Reply.error(404, f"no route for {path}")
+
+    def _batch_api_reply(self, path: str, body: Any) -> Reply:
+        """The Batch API's routes (called under the lock): `body` is the parsed upload of POST /v1/files."""
+        if path == FILES:
+            file_id = f"file-{next(self._ids)}"
+            self.files[file_id] = body["file"]
+            return Reply.json({"id": file_id, "object": "file", "bytes": len(body["file"]), "created_at": 1_700_000_000,
+                               "filename": "batch.jsonl", "purpose": body["purpose"], "status": "processed"})
+        if path == BATCHES and isinstance(body, dict):
+            if body.get("input_file_id") not in self.files:
+                return Reply.error(400, "no such input file")
+            batch_id = f"batch_{next(self._ids)}"
+            self.batches[batch_id] = {
+                "id": batch_id, "object": "batch", "endpoint": body["endpoint"], "input_file_id": body["input_file_id"],
+                "completion_window": body["completion_window"], "status": "validating", "created_at": 1_700_000_000,
+                "metadata": body.get("metadata"), "output_file_id": None, "error_file_id": None,
+            }
+            return Reply.json(self.batches[batch_id])
+        if path.split("?")[0] == BATCHES:
+            listed = list(reversed(self.batches.values()))  # newest first, as OpenAI lists them
+            return Reply.json({"object": "list", "data": listed, "has_more": False})
+        if (found := re.fullmatch(BATCHES + r"/([\w-]+)", path)) and found[1] in self.batches:
+            return Reply.json(self.batches[found[1]])
+        if (found := re.fullmatch(FILES + r"/([\w-]+)/content", path)) and found[1] in self.files:
+            return Reply(status=200, body=self.files[found[1]], headers=(("content-type", "application/octet-stream"),))
         return Reply.error(404, f"no route for {path}")
 
     def _embeddings_response(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -204,10 +276,19 @@ def _handler_for(server: OpenAICompatibleServer) -> type[BaseHTTPRequestHandler]
 
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
             raw = self.rfile.read(int(self.headers.get("content-length", 0)))
-            try:
-                body = json.loads(raw)
-            except json.JSONDecodeError:
-                body = None
+            if self.headers.get("content-type", "").startswith("multipart/form-data"):
+                body = _form_fields(self.headers["content-type"], raw)
+            else:
+                try:
+                    body = json.loads(raw)
+                except json.JSONDecodeError:
+                    body = None
+            self._answer(raw, body)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            self._answer(b"", None)
+
+        def _answer(self, raw: bytes, body: Any) -> None:
             request = RecordedRequest(path=self.path, headers={k.lower(): v for k, v in self.headers.items()}, body=body, raw=raw)
             self._send(server._answer(request))
 
@@ -226,3 +307,14 @@ def _handler_for(server: OpenAICompatibleServer) -> type[BaseHTTPRequestHandler]
             """Quiet: pytest output stays readable."""
 
     return Handler
+
+
+def _form_fields(content_type: str, raw: bytes) -> dict[str, Any]:
+    """A multipart/form-data upload's fields: text fields as str, the file as bytes."""
+    message = email.parser.BytesParser().parsebytes(f"content-type: {content_type}\r\n\r\n".encode() + raw)
+    fields: dict[str, Any] = {}
+    for part in message.get_payload():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        fields[name] = payload if part.get_filename() else payload.decode()
+    return fields

@@ -16,6 +16,11 @@ class LLMError(RuntimeError):
     """
 
 
+class AnswerDeferred(Exception):
+    """The model answers later (the request went to a provider's Batch API): the caller leaves this piece of work
+    undone, for a later run. Not an LLMError: nothing failed, and no fallback may take its place."""
+
+
 class ChatModel(Protocol):
     """A chat model that answers with one JSON object."""
 

@@ -223,7 +223,8 @@ def chunks(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) ->
 @session_asset(deps=[chunks], group_name="sessions")
 def chunk_embeddings(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Vectors of each chunk's contextual content, committed from the staging files (what they lack is embedded
-    here), cached by (model, text hash); failures retried next run."""
+    here, or sent to the provider's Batch API and taken from it by a later run), cached by (model, text hash);
+    failures retried next run."""
     with _stage_context(context, sessionmem) as (ctx, report):
         pipeline.embed(ctx, report)
     return dg.MaterializeResult(
@@ -231,6 +232,9 @@ def chunk_embeddings(context: dg.AssetExecutionContext, sessionmem: SessionmemRe
             "embedded": report.embedded,
             "cached": report.embeddings_cached,
             "failed": report.embedding_failures,
+            "batch_submitted": report.embed_batch_submitted,
+            "batch_written": report.embed_batch_written,
+            "batch_waiting": report.chunks_waiting,
             **_computed_in_commit(report, "embed"),
         }
     )
@@ -245,7 +249,13 @@ def session_summaries(context: dg.AssetExecutionContext, sessionmem: SessionmemR
     for warning in report.warnings:
         context.log.warning(f"chat model failed, extractive summary used: {warning}")
     return dg.MaterializeResult(
-        metadata={"versions_written": report.summaries_written, **_computed_in_commit(report, "summarize")}
+        metadata={
+            "versions_written": report.summaries_written,
+            "batch_submitted": report.summary_batch_submitted,
+            "batch_answers": report.summary_batch_answers,
+            "sessions_waiting": report.summaries_waiting,
+            **_computed_in_commit(report, "summarize"),
+        }
     )
 
 

@@ -8,6 +8,9 @@ so a warehouse the CLI built is not processed again.
 
 `summary_due_sensor`: sessions due for a summary, from the snapshot.
 
+`provider_batches_sensor`: partitions whose chunks wait for the provider's Batch API, from the snapshot: their
+embed step polls the batches and takes the vectors of finished ones.
+
 `warehouse_state_sensor`: what `sessionmem index` built outside Dagster, reported as materializations per
 partition from the snapshot's stage state, so the catalog shows it (the CLI itself never imports Dagster).
 """
@@ -38,7 +41,8 @@ from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
 from sessionmem_pipeline.stages.discover import discover, file_stat
 from sessionmem_pipeline.stages.privacy import privacy_rules
-from sessionmem_pipeline.stages.registry import SUMMARIZE, Providers, StageContext
+from sessionmem_pipeline.stages.provider_batches import WAITING
+from sessionmem_pipeline.stages.registry import EMBED, SUMMARIZE, Providers, StageContext
 from sessionmem_pipeline.stages.memories import find_memory_files
 from sessionmem_pipeline.stages.summaries import due, pending
 from sessionmem_pipeline.warehouse import Snapshot, open_reader, read_storage_error, snapshot_generation, snapshot_path
@@ -177,6 +181,42 @@ def summary_due_sensor(context: dg.SensorEvaluationContext, sessionmem: Sessionm
         ],
         cursor=cursor,
     )
+
+
+@dg.sensor(
+    asset_selection=dg.AssetSelection.assets(chunk_embeddings, session_summaries, search_index),
+    minimum_interval_seconds=int(SENSOR_SETTINGS["sensors.batches_interval_minutes"] * 60),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def provider_batches_sensor(context: dg.SensorEvaluationContext, sessionmem: SessionmemResource) -> dg.SensorResult:
+    """While batches of the provider's Batch API are open, each interval a run of the stage that sent them over the
+    partitions waiting for them (it polls the batches and writes what finished ones answered): the embed step over
+    the partitions whose chunks went in a batch, the summarize step over those with summaries still to build."""
+    settings = sessionmem.settings()
+    if read_storage_error(settings.warehouse):
+        return dg.SensorResult(skip_reason="paused after a storage error; run `sessionmem health`")
+    if snapshot_generation(settings.warehouse) is None:
+        return dg.SensorResult(skip_reason="nothing published yet")
+    conn = open_reader(settings.warehouse)
+    try:
+        snapshot = Snapshot(conn)
+        waiting = {EMBED.name: snapshot.partitions_waiting_for_batches(EMBED.name, WAITING), SUMMARIZE.name: []}
+        if snapshot.provider_batches_in(SUMMARIZE.name, WAITING):
+            stale = StageContext(snapshot, settings, Providers(settings), "provider_batches_sensor").stale(SUMMARIZE)
+            waiting[SUMMARIZE.name] = sorted({row["partition_key"] for row in pending(conn, list(stale))})
+    finally:
+        conn.close()
+    tick = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    assets = {EMBED.name: chunk_embeddings, SUMMARIZE.name: session_summaries}
+    requests = [
+        backfill_request([assets[stage]], keys, [search_index], f"batches-{stage}-{tick}")
+        for stage, keys in waiting.items()
+        if keys
+    ]
+    if not requests:
+        return dg.SensorResult(skip_reason="nothing waits for a provider batch")
+    context.log.info(", ".join(f"{len(keys)} files wait for {stage} batches" for stage, keys in waiting.items()))
+    return dg.SensorResult(run_requests=requests)
 
 
 CLI_RUNS = "cli-"

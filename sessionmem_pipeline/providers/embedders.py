@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sessionmem_pipeline.providers.batches import BatchAPI
 from sessionmem_pipeline.providers.openai_compat import (
     OPENAI_BASE_URL,
     MalformedResponseError,
@@ -438,16 +439,36 @@ class OpenAIEmbedder(Embedder):
                     done.result()  # a configuration error raised by any request propagates
         return EmbeddingOutcome(vectors, failures)
 
+    def request_body(self, texts: Sequence[str]) -> dict[str, Any]:
+        """The embeddings request for these texts (also a Batch API request line's body)."""
+        # The API rejects empty strings; a single space embeds as "no content" instead of failing the batch.
+        body: dict[str, Any] = {"model": self.model, "input": [text if text.strip() else " " for text in texts]}
+        if self._send_dimensions:
+            body["dimensions"] = self.dimensions
+        return body
+
+    def batch_api(self) -> BatchAPI:
+        """The server's Batch API, with this embedder's client, retries and shared pause."""
+        return BatchAPI(self._client, self._retry, self._gate)
+
+    def vectors_from_reply(self, body: Mapping[str, Any], expected: int) -> np.ndarray:
+        """The checked, normalized vectors of an embeddings reply body (a Batch API result line's body)."""
+        from openai.types import CreateEmbeddingResponse
+
+        try:
+            response = CreateEmbeddingResponse.model_validate(body)
+        except ValueError as error:
+            raise MalformedResponseError(f"not an embeddings reply: {error}") from error
+        return self._vectors_from(response, expected)
+
     def _request(self, texts: Sequence[str]) -> np.ndarray:
         """One embeddings request with retries; returns normalized vectors in input order."""
-        # The API rejects empty strings; a single space embeds as "no content" instead of failing the batch.
-        inputs = [text if text.strip() else " " for text in texts]
-        extra: dict[str, Any] = {"dimensions": self.dimensions} if self._send_dimensions else {}
+        body = self.request_body(texts)
 
         def call() -> np.ndarray:
             with reading_reply():
-                response = self._client.embeddings.create(model=self.model, input=inputs, **extra)
-            return self._vectors_from(response, len(inputs))
+                response = self._client.embeddings.create(**body)
+            return self._vectors_from(response, len(texts))
 
         try:
             return call_with_retries(call, self._retry, gate=self._gate)

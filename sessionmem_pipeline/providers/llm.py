@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from sessionmem_pipeline.core.llm_protocol import ChatModel, LLMError
+from sessionmem_pipeline.providers.batches import BatchAPI
 from sessionmem_pipeline.providers.openai_compat import (
     OPENAI_BASE_URL,
     MalformedResponseError,
@@ -123,10 +124,7 @@ class OpenAIChatModel:
 
     def complete_json(self, system: str, user: str) -> dict[str, Any]:
         """The model's answer to `user` under `system`, as a JSON object."""
-        if "json" not in f"{system}\n{user}".lower():
-            # OpenAI's JSON mode refuses prompts that never mention JSON; saying it helps other servers too.
-            system = f"{system}\n\n{_JSON_INSTRUCTION}".strip()
-        messages: list[dict[str, str]] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        messages = _messages(system, user)
         reply, finish_reason = self._complete(messages)
         try:
             return parse_json_object(reply)
@@ -177,12 +175,24 @@ class OpenAIChatModel:
         self._json_mode = False
         return reply
 
-    def _complete_with_retries(self, messages: list[dict[str, str]], *, json_mode: bool) -> tuple[str, str | None]:
+    def request_body(self, system: str, user: str) -> dict[str, Any]:
+        """The first request `complete_json` sends (also a Batch API request line's body)."""
+        return self._request(_messages(system, user), json_mode=self._json_mode)
+
+    def batch_api(self) -> BatchAPI:
+        """The server's Batch API, with this model's client, retries and shared pause."""
+        return BatchAPI(self._client, self._retry, self._gate)
+
+    def _request(self, messages: list[dict[str, str]], *, json_mode: bool) -> dict[str, Any]:
         request: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
         if self.max_output_tokens is not None:
             request["max_tokens"] = self.max_output_tokens
         if json_mode:
             request["response_format"] = {"type": "json_object"}
+        return request
+
+    def _complete_with_retries(self, messages: list[dict[str, str]], *, json_mode: bool) -> tuple[str, str | None]:
+        request = self._request(messages, json_mode=json_mode)
 
         def call() -> tuple[str, str | None]:
             with self._slots, reading_reply():
@@ -203,6 +213,22 @@ class OpenAIChatModel:
         detail = describe_failure(error, section="llm", model=self.model, base_url=self._where)
         tries = f" (gave up after {self._retry.max_attempts} tries)" if is_transient(error) else ""
         return LLMError(f"{detail}{tries}")
+
+
+def _messages(system: str, user: str) -> list[dict[str, str]]:
+    if "json" not in f"{system}\n{user}".lower():
+        # OpenAI's JSON mode refuses prompts that never mention JSON; saying it helps other servers too.
+        system = f"{system}\n\n{_JSON_INSTRUCTION}".strip()
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def reply_text(body: Any) -> str | None:
+    """The message text of a chat completion body (a Batch API result line's), None when it has none."""
+    try:
+        message = body["choices"][0]["message"]
+        return message.get("content") or message.get("refusal")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
 
 
 def build_chat_model(

@@ -46,12 +46,18 @@ def embed_sessions(
     *,
     batch_size: int = BATCH_SIZE,
     progress: Callable[[int], None] | None = None,
+    leave: Callable[[list[dict]], set[str]] | None = None,
 ) -> EmbedOutcome:
-    """Give every chunk of these sessions a vector of the configured model."""
+    """Give every chunk of these sessions a vector of the configured model, but those whose context hash `leave`
+    (given the chunks without a vector) returns: the provider's Batch API embeds them (stages/provider_batches.py)."""
     outcome = EmbedOutcome(recreated=wh.ensure_embedding_table(embedder.model_id, embedder.dimensions))
     with wh.transaction():
         outcome.stale_removed = wh.delete_stale_embeddings(session_ids)
-    pending = iter(wh.chunks_without_embedding(session_ids))
+    rows = wh.chunks_without_embedding(session_ids)
+    if leave is not None:
+        left = leave(rows)
+        rows = [row for row in rows if row["context_hash"] not in left]
+    pending = iter(rows)
     while batch := list(islice(pending, batch_size)):
         _embed_batch(wh, batch, embedder, outcome)
         if progress:

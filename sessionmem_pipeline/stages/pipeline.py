@@ -19,11 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
+from sessionmem_pipeline.providers.embedders import OpenAIEmbedder
+from sessionmem_pipeline.providers.llm import OpenAIChatModel
 from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
 from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
 from sessionmem_pipeline.stages.memories import find_memory_files, ingest_memories
 from sessionmem_pipeline.stages.privacy import remove_excluded_sessions
+from sessionmem_pipeline.stages.provider_batches import (
+    WAITING,
+    BatchedChat,
+    BatchOutcome,
+    batch_api_on,
+    batch_backlog,
+    batched_chat,
+    chat_batch_api_on,
+)
 from sessionmem_pipeline.stages.registry import (
     CHUNK,
     COLLAPSE,
@@ -43,6 +54,7 @@ from sessionmem_pipeline.stages.search_index import refresh_search_index
 from sessionmem_pipeline.stages import staging
 from sessionmem_pipeline.stages.summaries import (
     SessionResult,
+    SummaryOutcome,
     due,
     embed_missing_summaries,
     pending,
@@ -79,6 +91,12 @@ class StageReport:
     embedded: int = 0
     embeddings_cached: int = 0
     embedding_failures: int = 0
+    embed_batch_submitted: int = 0  # texts sent to the provider's Batch API
+    embed_batch_written: int = 0  # vectors a finished batch gave
+    chunks_waiting: int = 0  # chunks whose vector a batch still owes
+    summary_batch_submitted: int = 0  # summary requests sent to the provider's Batch API
+    summary_batch_answers: int = 0  # answers a finished batch gave
+    summaries_waiting: int = 0  # sessions whose summary waits for a batch
     summaries_written: int = 0
     memories: int = 0
     memories_embedded: int = 0
@@ -262,15 +280,19 @@ def chunk(ctx: StageContext, report: StageReport) -> None:
 
 def embed(ctx: StageContext, report: StageReport) -> None:
     """Vectors for the chunks of stale sessions (those a compute step staged are taken from its files); a session
-    is recorded once every chunk has one (failures stay stale and are retried by the next run)."""
+    is recorded once every chunk has one (failures stay stale and are retried by the next run). Open batches of
+    the provider's Batch API are polled even when nothing is stale."""
     work = ctx.stale(EMBED)
+    leave = _batch_api(ctx, report)
     if not work:
+        if leave is not None:
+            leave([])
         return
     sessions = list(work)
     staged = staging.read_vectors(ctx.settings, ctx.providers.embedder.model_id)
     embedder = staging.StagedEmbedder(ctx.providers.embedder, staged)
     total = len(ctx.wh.chunks_without_embedding(sessions)) if ctx.wh.get_meta("embedding_model") else 0
-    outcome = embed_sessions(ctx.wh, sessions, embedder, progress=_counter(ctx, "embed", total))
+    outcome = embed_sessions(ctx.wh, sessions, embedder, progress=_counter(ctx, "embed", total), leave=leave)
     report.embedded += outcome.embedded
     report.embeddings_cached += outcome.cached
     report.embedding_failures += outcome.failed
@@ -285,6 +307,32 @@ def embed(ctx: StageContext, report: StageReport) -> None:
         report.errors.append(SessionMemoryError(ErrorType.EMBEDDING_FAILED, message).as_dict())
 
 
+def _talks_to_batches(ctx: StageContext, stage: Stage, on: bool, remote: bool) -> bool:
+    """Whether a stage with a remote model uses the Batch API this run: it is on, or batches it sent are open."""
+    return remote and (on or bool(ctx.wh.provider_batches_in(stage.name, WAITING)))
+
+
+def _batch_api(ctx: StageContext, report: StageReport) -> Callable[[list[dict]], set[str]] | None:
+    """With a remote embedder: what the embed step leaves to the provider's Batch API (polled, and sent the
+    backlog, first). Switched off, batches still open are polled to their end, and nothing is left to them."""
+    on = batch_api_on(ctx.settings)
+    if not _talks_to_batches(ctx, EMBED, on, ctx.settings.remote_embeddings):
+        return None
+    if not isinstance(real := ctx.providers.embedder, OpenAIEmbedder):
+        return None
+    min_backlog = ctx.settings["embedding.batch_min_backlog"] if on else None
+
+    def leave(pending: list[dict]) -> set[str]:
+        outcome = batch_backlog(ctx.wh, pending, real, min_backlog, ctx.now)
+        report.embed_batch_submitted += outcome.submitted
+        report.embed_batch_written += outcome.written
+        report.chunks_waiting += len({row["chunk_id"] for row in pending if row["context_hash"] in outcome.waiting})
+        report.warnings += outcome.errors
+        return outcome.waiting
+
+    return leave
+
+
 def summarize(ctx: StageContext, report: StageReport) -> None:
     """Stale sessions that are due (idle, or enough new messages), or all stale ones when a person asked
     (`SUMMARIZE_NOW`) or the summarizer itself changed (its key). Summaries stored without a vector (the
@@ -292,6 +340,15 @@ def summarize(ctx: StageContext, report: StageReport) -> None:
     if not ctx.settings["summaries.enabled"]:
         return
     embed_missing_summaries(ctx.wh, ctx.providers.embedder)
+    batches = _batched_chat(ctx)  # open batches are polled even when nothing is stale
+    _summarize_stale(ctx, report, batches[0] if batches else None)
+    if batches is not None:
+        report.summary_batch_submitted += batches[1].submitted
+        report.summary_batch_answers += batches[1].written
+        report.warnings += batches[1].errors
+
+
+def _summarize_stale(ctx: StageContext, report: StageReport, chat: BatchedChat | None) -> None:
     work = ctx.stale(SUMMARIZE)
     if not work:
         return
@@ -314,15 +371,60 @@ def summarize(ctx: StageContext, report: StageReport) -> None:
     staged = {s: SessionResult.from_row(found) for s, fp in work.items() if (found := files.result(s, fp)) is not None}
     computed_here = report.computed_in_commit.get(SUMMARIZE.name, 0) + len(work) - len(staged)
     report.computed_in_commit[SUMMARIZE.name] = computed_here
-    outcome = summarize_sessions(
-        ctx.wh, list(work), llm=ctx.providers.llm, embedder=ctx.providers.embedder, now=ctx.now, staged=staged
-    )
+
+    def summarize_now(sessions: list[str], llm: Any) -> SummaryOutcome:
+        return summarize_sessions(ctx.wh, sessions, llm=llm, embedder=ctx.providers.embedder, now=ctx.now, staged=staged)
+
+    if chat is None:
+        outcome = summarize_now(list(work), ctx.providers.llm)
+    else:
+        outcome = _summarize_through_batches(ctx, chat, list(work), summarize_now)
     with ctx.wh.transaction():
         ctx.record(SUMMARIZE, {s: work[s] for s in outcome.handled})
+        if chat is not None:
+            ctx.wh.clear_batch_answers(sorted(chat.used))  # the summaries hold what they said
     fault_point("summarize", "in")
     files.remove_consumed(ctx.scope)
     report.summaries_written += outcome.versions_written
     report.warnings += outcome.llm_fallbacks
+    report.summaries_waiting += len(outcome.deferred)
+
+
+def _batched_chat(ctx: StageContext) -> tuple[BatchedChat, BatchOutcome] | None:
+    """With `llm.batch_api` and a remote chat model: its summarize batches polled, and a model answering from
+    them (stages/provider_batches.py). Switched off, batches still open are polled to their end, and no
+    summary waits for them."""
+    on = chat_batch_api_on(ctx.settings)
+    if not _talks_to_batches(ctx, SUMMARIZE, on, ctx.settings.llm_enabled):
+        return None
+    if not isinstance(llm := ctx.providers.llm, OpenAIChatModel):
+        return None
+    outcome = BatchOutcome()
+    return batched_chat(ctx.wh, llm, outcome, ctx.now, wait=on), outcome
+
+
+def _summarize_through_batches(
+    ctx: StageContext,
+    chat: BatchedChat,
+    sessions: list[str],
+    summarize_now: Callable[[list[str], Any], SummaryOutcome],
+) -> SummaryOutcome:
+    """Summaries whose requests a batch answered are written; the others' requests are sent as a batch when there
+    are at least `llm.batch_min_backlog` (those sessions wait), else (or when the provider refused the batch) those
+    sessions are summarized plainly."""
+    outcome = summarize_now(sessions, chat)
+    if len(chat.asked) >= max(ctx.settings["llm.batch_min_backlog"], 1):
+        chat.send()
+    if chat.unsent():
+        chat.collecting = False
+        again = summarize_now(outcome.deferred, chat)
+        outcome.deferred = again.deferred
+        outcome.handled += again.handled
+        outcome.versions_written += again.versions_written
+        outcome.unchanged += again.unchanged
+        outcome.messages_read += again.messages_read
+        outcome.llm_fallbacks += again.llm_fallbacks
+    return outcome
 
 
 # ---- stages over everything ------------------------------------------------------------------------------------

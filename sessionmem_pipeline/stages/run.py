@@ -52,6 +52,17 @@ class IndexReport(StageReport):
             for name, n in sorted(self.formats.items())
         ]
 
+    def batch_line(self) -> str | None:
+        """What went through the provider's Batch API in this run, when anything did or still waits."""
+        counts = (self.embed_batch_submitted, self.embed_batch_written, self.chunks_waiting,
+                  self.summary_batch_submitted, self.summary_batch_answers, self.summaries_waiting)
+        if not any(counts):
+            return None
+        return (
+            "provider batches: {} texts sent, {} vectors taken, {} chunks wait; "
+            "{} summary requests sent, {} answers taken, {} sessions wait".format(*counts)
+        )
+
     def summary_line(self) -> str:
         decided = ", ".join(f"{n} {d}" for d, n in sorted(self.decisions.items())) or "none"
         return (

@@ -33,6 +33,7 @@ from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core.llm_protocol import requests_at_once
 from sessionmem_pipeline.core.summarize import messages_after, summary_is_due
 from sessionmem_pipeline.providers.embedders import Embedder, EmbeddingOutcome, vectors_or_raise
+from sessionmem_pipeline.stages.provider_batches import batch_api_on, chat_batch_api_on
 from sessionmem_pipeline.stages.registry import (
     CHUNK,
     COLLAPSE,
@@ -185,7 +186,7 @@ class _Compute:
                 "SELECT context_content, context_hash FROM chunks WHERE session_id = ?", [session_id]
             )
             work.texts = {row["context_content"]: row["context_hash"] for row in rows}
-        if self.settings["summaries.enabled"] and SUMMARIZE.name not in built:
+        if self.settings["summaries.enabled"] and SUMMARIZE.name not in built and not chat_batch_api_on(self.settings):
             latest = latest_summary(snapshot, session_id)
             previous = latest[1] if latest else None
             try:
@@ -215,7 +216,8 @@ def _write_outcome(
     snapshot: Snapshot,
     done: Mapping[str, _SessionWork],
 ) -> ComputeOutcome:
-    """The results as one file per stage; texts to embed (those no cache of the snapshot holds) embedded first."""
+    """The results as one file per stage; texts to embed (those no cache of the snapshot holds) embedded first,
+    unless the provider's Batch API embeds them (the writer's embed step sends them)."""
     outcome = ComputeOutcome(sessions=sum(1 for w in done.values() if w.results or w.texts))
     summaries = [w.results[SUMMARIZE.name][1] for w in done.values() if SUMMARIZE.name in w.results]
     embed_results(summaries, providers.embedder)
@@ -234,7 +236,7 @@ def _write_outcome(
         if rows:
             outcome.computed[stage.name] = len(rows)
             outcome.paths.append(_write_atomically(staging_folder(settings, stage), pa.Table.from_pylist(rows)))
-    vectors = _vector_rows(snapshot, providers.embedder, done)
+    vectors = [] if batch_api_on(settings) else _vector_rows(snapshot, providers.embedder, done)
     if vectors:
         outcome.computed[EMBED.name] = sum(1 for row in vectors if row["vector"] is not None)
         outcome.failed = len(vectors) - outcome.computed[EMBED.name]

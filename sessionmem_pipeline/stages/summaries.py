@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from sessionmem_pipeline.core.llm_protocol import ChatModel
+from sessionmem_pipeline.core.llm_protocol import AnswerDeferred, ChatModel
 from sessionmem_pipeline.core.models import CollapsedMessage
 from sessionmem_pipeline.core.summarize import (
     EXTRACTIVE_MODEL,
@@ -49,6 +49,7 @@ class SummaryOutcome:
     llm_fallbacks: list[str] = field(default_factory=list)
     messages_read: int = 0
     handled: list[str] = field(default_factory=list)  # sessions whose summary is now up to date
+    deferred: list[str] = field(default_factory=list)  # sessions waiting for the model's answer (a provider batch)
 
 
 def pending(conn: duckdb.DuckDBPyConnection, session_ids: Sequence[str] | None = None) -> list[dict]:
@@ -152,16 +153,21 @@ def summarize_sessions(
     staged: Mapping[str, SessionResult] | None = None,
 ) -> SummaryOutcome:
     """Summarize each session (incrementally unless `full`), writing a version only when the input changed. A
-    result `staged` by a compute step is used when it was built on the same latest version."""
+    result `staged` by a compute step is used when it was built on the same latest version. A session the model
+    answers later (AnswerDeferred: a provider batch) is left out, `deferred`."""
     outcome = SummaryOutcome()
     written: list[tuple[str, int, SessionResult]] = []
     for session_id in session_ids:
-        outcome.handled.append(session_id)
         latest = latest_summary(wh, session_id)
         version, previous = latest if latest else (0, None)
         result = (staged or {}).get(session_id)
         if full or result is None or result.base_hash != (previous.input_hash if previous else None):
-            result = summarize_session(wh.load_collapsed(session_id), previous, llm, full=full)
+            try:
+                result = summarize_session(wh.load_collapsed(session_id), previous, llm, full=full)
+            except AnswerDeferred:
+                outcome.deferred.append(session_id)
+                continue
+        outcome.handled.append(session_id)
         outcome.unchanged += result.unchanged
         outcome.messages_read += result.messages_read
         if result.error is not None:
