@@ -512,7 +512,7 @@ class _Queries:
 
     conn: duckdb.DuckDBPyConnection
 
-    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         cursor = self.conn.execute(sql, params or [])
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
@@ -663,11 +663,13 @@ class _Queries:
         return self.query(
             """
             SELECT c.chunk_id, c.session_id, c.chunk_index, c.context_content, c.context_hash
-            FROM chunks c LEFT JOIN chunk_embeddings e ON e.chunk_id = c.chunk_id AND e.text_hash = c.context_hash
-            WHERE c.session_id IN (SELECT unnest(?)) AND e.chunk_id IS NULL
+            FROM chunks c LEFT JOIN (  -- these sessions' vectors only, not a join over every vector
+                SELECT chunk_id, text_hash FROM chunk_embeddings WHERE session_id IN (SELECT unnest($ids))
+            ) e ON e.chunk_id = c.chunk_id AND e.text_hash = c.context_hash
+            WHERE c.session_id IN (SELECT unnest($ids)) AND e.chunk_id IS NULL
             ORDER BY c.session_id, c.chunk_index
             """,
-            [list(session_ids)],
+            {"ids": list(session_ids)},
         )
 
     def delete_stale_embeddings(self, session_ids: Sequence[str]) -> int:
