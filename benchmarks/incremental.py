@@ -225,8 +225,9 @@ def print_table(rows: Sequence[dict], changes: int) -> None:
               f"{'fresh MB':>8} {'after/fresh':>11} {'snap MB':>8} {'snap/fresh':>10} {'rebuilds':>8}")
         for r in rows:
             after = r["after_changes"]
-            print(f"{r['chunks']:>8} {r['first_mb']:>9} {r['bulk_mb']:>8} {r['first_vs_bulk']:>10} "
-                  f"{'yes' if r['first_index']['rebuilt'] else 'no':>7}   {after['file_mb']:>8} {r['fresh']['file_mb']:>8} "
+            rebuilt = {True: "yes", False: "no"}.get(r["first_index"].get("rebuilt"), "-")  # "-": a kept build from older code
+            print(f"{r['chunks']:>8} {r.get('first_mb', '-'):>9} {r.get('bulk_mb', '-'):>8} {r['first_vs_bulk']:>10} "
+                  f"{rebuilt:>7}   {after['file_mb']:>8} {r['fresh']['file_mb']:>8} "
                   f"{r['growth']:>11} {after['snapshot_mb']:>8} {r['snapshot_growth']:>10} {after['rebuilds']:>8}")
         print("first: the file after the first index (rebuilt: whether that run rebuilt it, Warehouse.outgrown); bulk: "
               f"a rebuild_file copy of it; after: after {changes} changes, of which `rebuilds` rebuilt the file")
