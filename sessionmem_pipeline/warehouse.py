@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -1397,11 +1397,6 @@ def rebuild_file(warehouse: Path) -> None:
 
 
 PUBLISH_BLOCK = 1 << 20
-DUCKDB_HEADER_BYTES = 3 * 4096
-"""A DuckDB file's main header and its two database headers, before the first block."""
-DUCKDB_BLOCK_BYTES = 256 * 1024
-"""DuckDB's default block size, which the warehouse keeps (the vss HNSW index needs it)."""
-PAGE_BYTES = 4096
 FICLONE = 0x40049409  # linux/fs.h: share the source's extents (btrfs, xfs, ...): a copy in O(1)
 
 
@@ -1456,34 +1451,21 @@ def _copy(source: Path, target: Path) -> None:
 
 
 def _rewrite_changed_blocks(source: Path, target: Path) -> int:
-    """Make `target` byte-equal to `source` writing only the blocks that differ; how many were written.
-
-    A DuckDB file is its headers and then whole blocks, each led by a checksum DuckDB keeps of the block, so
-    comparing each block's first page finds the blocks a checkpoint rewrote without reading the rest of either
-    file (a one-line change to a 5 GB warehouse reads some 80 MB, not 10 GB). A file of another layout is compared
-    whole. (The checksum does not see 8-byte words trade places within a block; the first page, compared in full,
-    covers the start of it: a rewritten block holding the same words in another order and the same first page is
-    the one change this does not see.)"""
-    size = source.stat().st_size
-    if size >= DUCKDB_HEADER_BYTES and (size - DUCKDB_HEADER_BYTES) % DUCKDB_BLOCK_BYTES == 0:
-        blocks = range(DUCKDB_HEADER_BYTES, size, DUCKDB_BLOCK_BYTES)
-        ranges = [(0, DUCKDB_HEADER_BYTES, DUCKDB_HEADER_BYTES)] + [(at, DUCKDB_BLOCK_BYTES, PAGE_BYTES) for at in blocks]
-    else:
-        ranges = [(at, PUBLISH_BLOCK, PUBLISH_BLOCK) for at in range(0, size, PUBLISH_BLOCK)]
+    """Make `target` byte-equal to `source` writing only the blocks that differ; how many were written."""
+    written = 0
     with open(source, "rb") as original, open(target, "r+b") as copy:
-        written = sum(_rewrite_if_different(original, copy, *where) for where in ranges)
-        copy.truncate(size)
+        offset = 0
+        while block := original.read(PUBLISH_BLOCK):
+            copy.seek(offset)
+            if copy.read(len(block)) != block:
+                copy.seek(offset)
+                copy.write(block)
+                written += 1
+            offset += len(block)
+        copy.truncate(offset)
         copy.flush()
         os.fsync(copy.fileno())
     return written
-
-
-def _rewrite_if_different(original: BinaryIO, copy: BinaryIO, offset: int, length: int, probe: int) -> int:
-    """Copy `length` bytes at `offset` when the first `probe` of them differ; 1 if it did."""
-    if os.pread(original.fileno(), probe, offset) == os.pread(copy.fileno(), probe, offset):
-        return 0
-    os.pwrite(copy.fileno(), os.pread(original.fileno(), length, offset), offset)
-    return 1
 
 
 def _in_use(path: Path) -> bool:

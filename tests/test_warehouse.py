@@ -128,26 +128,6 @@ def test_publishing_never_disturbs_an_open_reader_and_reuses_the_spare_once_free
     reader.close()
 
 
-def test_the_spare_is_brought_up_to_date_by_rewriting_only_the_blocks_a_change_touched(tmp_path: Path) -> None:
-    path = tmp_path / "w.duckdb"
-    with Warehouse(path) as wh, wh.transaction():
-        wh.conn.execute(
-            "INSERT INTO messages (session_id, message_id, seq, text) SELECT 's' || (i % 50), 'm' || i, i, "
-            "md5(i::VARCHAR) || md5((i * 7)::VARCHAR) FROM range(200000) t(i)"
-        )
-    stale = tmp_path / "stale.duckdb"
-    stale.write_bytes(path.read_bytes())
-    with Warehouse(path) as wh, wh.transaction():
-        wh.insert("sessions", [{"session_id": "s-new", "project": "p"}])
-    blocks = (path.stat().st_size - wh_module.DUCKDB_HEADER_BYTES) // wh_module.DUCKDB_BLOCK_BYTES
-
-    written = wh_module._rewrite_changed_blocks(path, stale)
-
-    assert stale.read_bytes() == path.read_bytes()
-    assert 0 < written < blocks / 2
-    assert wh_module._rewrite_changed_blocks(path, stale) == 0
-
-
 def test_a_rebuild_keeps_every_row_and_the_indexes(tmp_path: Path) -> None:
     path = tmp_path / "w.duckdb"
     with Warehouse(path) as wh:
