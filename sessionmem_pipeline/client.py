@@ -13,6 +13,7 @@ raises `InvalidInputError` (a ValueError) with a one-line message the CLI and th
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ from sessionmem_pipeline.warehouse import (
     Snapshot,
     empty_reader,
     keyword_search,
+    load_extensions,
     open_reader,
     search_log_path,
     snapshot_path,
@@ -42,8 +44,12 @@ from sessionmem_pipeline.warehouse import (
 
 CANDIDATES = 150  # per retriever, before fusion
 SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
-EXACT_SCAN_MAX = 20_000  # filtered vector queries scan this many matching chunks exactly (about 5 ms at 384 d)
-OVERFETCH = 4  # above it (more than half the chunks match), the index's top limit x OVERFETCH are filtered instead
+EXACT_SCAN_MAX = 20_000
+"""Filtered vector queries matching at most this many chunks scan them exactly (selective filters: the index's
+top-k would hold too few of them)."""
+OVERFETCH = 2
+"""Above it, the index's nearest limit x OVERFETCH / (share of chunks matching) are filtered instead: about
+limit x OVERFETCH of them match (an exact scan is the fallback when fewer than `limit` do)."""
 
 
 def require_query(query: str) -> str:
@@ -288,14 +294,24 @@ class SessionMemory:
 
     def connection(self) -> duckdb.DuckDBPyConnection:
         """The reader connection, reopened when a newer snapshot has been published; before the first one, an
-        empty warehouse, so every call answers empty while the first index runs."""
+        empty warehouse, so every call answers empty while the first index runs. It reads plain tables: the
+        retrievers take `search_connection`."""
         identity = self._snapshot_identity()
         if self._conn is None or identity != self._opened:
             if self._conn is not None:
                 self._conn.close()
-            self._conn = open_reader(self.warehouse) if identity is not None else empty_reader()
+            self._conn = open_reader(self.warehouse, extensions=False) if identity is not None else empty_reader()
             self._opened = identity
         return self._conn
+
+    def search_connection(self) -> duckdb.DuckDBPyConnection:
+        """The reader connection with vss (HNSW) and fts (`stem`) loaded, once per opened snapshot: a recap or a
+        listing needs neither, and loading them costs about 0.2 s."""
+        conn = self.connection()
+        if getattr(self, "_extended", None) is not conn:
+            load_extensions(conn)
+            self._extended = conn
+        return conn
 
     @property
     def indexed(self) -> bool:
@@ -388,7 +404,7 @@ class SessionMemory:
         where, params = filters.chunk_sql()
         scope = None if where == "TRUE" else f"SELECT c.chunk_id FROM chunks c WHERE {where}"
         try:
-            rows = keyword_search(self.connection(), "chunks", query, limit=limit, scope=scope, scope_params=params)
+            rows = keyword_search(self.search_connection(), "chunks", query, limit=limit, scope=scope, scope_params=params)
         except duckdb.CatalogException:
             return {}  # a snapshot from before the keyword index: `sessionmem index` builds it
         return {chunk_id: score for chunk_id, _, score in rows}
@@ -398,14 +414,15 @@ class SessionMemory:
 
         Plans around the HNSW index's trap: a WHERE filter is applied after its top-k, so a filtered query
         through the index returns too few rows. Unfiltered queries use the index; filtered ones over-fetch from
-        the index when most chunks match, and otherwise (or when the over-fetch is short) scan the matching
-        chunks exactly (`+ 0` keeps the optimizer from using the index there).
+        the index, in proportion to the share of chunks matching, when more than EXACT_SCAN_MAX chunks match
+        (an exact scan of 20% of 100k chunks costs about 300 ms), and otherwise (or when the over-fetch is
+        short) scan the matching chunks exactly (`+ 0` keeps the optimizer from using the index there).
         """
         vector = self._query_vector(query)
         if vector is None:
             return {}
         cast = f"?::FLOAT[{self.embedder().dimensions}]"
-        conn = self.connection()
+        conn = self.search_connection()
         where, params = filters.chunk_sql()
         if where == "TRUE":
             return _similarities(conn.execute(_nearest_sql(cast), [vector, limit, vector, limit]).fetchall())
@@ -415,13 +432,14 @@ class SessionMemory:
             if total > EXACT_SCAN_MAX
             else 0
         )
-        if matching > EXACT_SCAN_MAX and matching * 2 > total:
+        if matching > EXACT_SCAN_MAX:
+            fetch = min(total, math.ceil(limit * OVERFETCH * total / matching))
             fetched = conn.execute(
                 f"""
                 SELECT chunk_id, distance FROM ({_nearest_sql(cast)}) hits JOIN chunks c USING (chunk_id)
                 WHERE {where} ORDER BY distance, chunk_id LIMIT ?
                 """,
-                [vector, limit * OVERFETCH, vector, limit * OVERFETCH, *params, limit],
+                [vector, fetch, vector, fetch, *params, limit],
             ).fetchall()
             if len(fetched) >= min(limit, matching):
                 return _similarities(fetched)
@@ -505,7 +523,7 @@ class SessionMemory:
         return results
 
     def _rank_sessions(self, query: str, limit: int, filters: Filters) -> list[SessionResult]:
-        conn = self.connection()
+        conn = self.search_connection()
         where, params = filters.session_sql()
         latest = f"""FROM session_summaries v JOIN sessions s
                      ON s.session_id = v.session_id AND s.summary_version = v.version WHERE {where}"""
@@ -592,7 +610,7 @@ class SessionMemory:
         require_query(query)
         require_positive("limit", limit)
         started = self._start()
-        conn = self.connection()
+        conn = self.search_connection()
         try:
             bm25 = [r[0] for r in keyword_search(conn, "memories", query, limit=CANDIDATES)]
         except duckdb.CatalogException:

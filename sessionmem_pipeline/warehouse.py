@@ -134,10 +134,16 @@ def extension_path(name: str) -> Path:
 def _extension_connection(*, extensions: bool = True) -> duckdb.DuckDBPyConnection:
     conn = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     if extensions:
-        for name in ("vss", "fts"):
-            conn.execute(f"LOAD '{extension_path(name)}'")
-        conn.execute("SET hnsw_enable_experimental_persistence = true")
+        load_extensions(conn)
     return conn
+
+
+def load_extensions(conn: duckdb.DuckDBPyConnection) -> None:
+    """Load vss (the HNSW index) and fts (`stem`) into a connection, also after a file was attached without them
+    (its HNSW index is bound on first use): readers that need neither skip about 0.2 s of loading."""
+    for name in ("vss", "fts"):
+        conn.execute(f"LOAD '{extension_path(name)}'")
+    conn.execute("SET hnsw_enable_experimental_persistence = true")
 
 
 # ---- schema ------------------------------------------------------------------------------------------------
@@ -1489,11 +1495,11 @@ def empty_reader() -> duckdb.DuckDBPyConnection:
     return conn
 
 
-def open_reader(warehouse: Path) -> duckdb.DuckDBPyConnection:
+def open_reader(warehouse: Path, *, extensions: bool = True) -> duckdb.DuckDBPyConnection:
     """A read-only connection to the published snapshot beside `warehouse` (readers never open the live file,
-    which a run may be writing)."""
+    which a run may be writing); without `extensions`, load_extensions adds them when needed."""
     warehouse = Path(warehouse)
     snapshot = warehouse if warehouse.name.endswith(".search.duckdb") else snapshot_path(warehouse)
     if not snapshot.exists():
         raise NothingIndexedYet(f"{warehouse}: nothing indexed yet; run `sessionmem index` (or wait for it to finish)")
-    return connect(snapshot, read_only=True)
+    return connect(snapshot, read_only=True, extensions=extensions)
