@@ -17,6 +17,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -44,11 +45,13 @@ from sessionmem_pipeline.warehouse import (
 
 CANDIDATES = 150  # per retriever, before fusion
 SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
-EXACT_SCAN_MAX = 20_000
-"""Filtered vector queries matching at most this many chunks scan them exactly (selective filters: the index's
-top-k would hold too few of them)."""
+EXACT_SCAN_MAX = 10_000
+SELECTIVE_SHARE = 0.1
+"""Filtered vector queries scan the matching chunks' vectors exactly when at most EXACT_SCAN_MAX match (a few
+µs each) or fewer than this share of all chunks does (a selective filter: the index's top-k would hold too
+few of them)."""
 OVERFETCH = 2
-"""Above it, the index's nearest limit x OVERFETCH / (share of chunks matching) are filtered instead: about
+"""Otherwise the index's nearest limit x OVERFETCH / (share of chunks matching) are filtered: about
 limit x OVERFETCH of them match (an exact scan is the fallback when fewer than `limit` do)."""
 
 
@@ -280,6 +283,8 @@ class SessionMemory:
         self._conn: duckdb.DuckDBPyConnection | None = None
         self._opened: tuple[int, int] | None = None
         self._embedder = None
+        self._embedding: tuple[Any, str, Future] | None = None  # (embedder, query, its vectors) of this search
+        self._embedding_thread: ThreadPoolExecutor | None = None
         self.notice: str | None = None
         """Set by the last search when it could not use every retriever (keyword-only results), else None."""
 
@@ -322,6 +327,9 @@ class SessionMemory:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self._embedding_thread is not None:
+            self._embedding_thread.shutdown()
+            self._embedding_thread = None
 
     def _embedded_count(self) -> int:
         """Vectors in the open snapshot (fixed until a newer snapshot is opened)."""
@@ -350,23 +358,40 @@ class SessionMemory:
         return self._embedder
 
     def _start(self) -> float:
-        """Begin a search: clear the previous one's notice; the start time for `_log`."""
+        """Begin a search: clear the previous one's notice and query embedding; the start time for `_log`."""
         self.notice = None
+        self._embedding = None
         return time.perf_counter()
+
+    def _embed_query(self, query: str) -> Future | None:
+        """The query's embedding, started in a worker thread once per search (a cold process loads the model
+        there, ~0.3 s, while BM25 runs); None without vectors or after the provider failed in this search."""
+        if self.notice is not None or not self._meta("embedding_model"):
+            return None
+        embedder = self.embedder()
+        if self._embedding is None or self._embedding[:2] != (embedder, query):
+            if self._embedding_thread is None:
+                self._embedding_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessionmem-embed")
+            self._embedding = (embedder, query, self._embedding_thread.submit(embedder.embed, [query]))
+        return self._embedding[2]
 
     def _query_vector(self, query: str) -> str | None:
         """The query's embedding as a vector literal; None without vectors, or when the provider fails (then the
         search is keyword-only and `notice` says why; later retrievers of the same search do not ask again)."""
-        if self.notice is not None or not self._meta("embedding_model"):
+        pending = self._embed_query(query)
+        if pending is None:
             return None
-        embedder = self.embedder()
         from sessionmem_pipeline.providers.embedders import EmbeddingError
 
         try:
-            return vector_literal(embedder.embed([query])[0])
-        except EmbeddingError as exc:
+            vector = pending.result()[0]
+        except Exception as exc:
+            self._embedding = None  # asked again by the next search
+            if not isinstance(exc, EmbeddingError):
+                raise
             self.notice = f"keyword-only results: the embedding provider failed ({exc})"
             return None
+        return vector_literal(vector)
 
     def _log(self, kind: str, started: float, results: int) -> None:
         line = {
@@ -413,10 +438,10 @@ class SessionMemory:
         """Chunk ids and cosine similarities to the query, best first.
 
         Plans around the HNSW index's trap: a WHERE filter is applied after its top-k, so a filtered query
-        through the index returns too few rows. Unfiltered queries use the index; filtered ones over-fetch from
-        the index, in proportion to the share of chunks matching, when more than EXACT_SCAN_MAX chunks match
-        (an exact scan of 20% of 100k chunks costs about 300 ms), and otherwise (or when the over-fetch is
-        short) scan the matching chunks exactly (`+ 0` keeps the optimizer from using the index there).
+        through the index returns too few rows. Unfiltered queries use the index; filtered ones matching many
+        chunks and a large share of them (has_decision, about 20%) over-fetch from the index in proportion to
+        that share; selective or small ones (or when the over-fetch is short) scan the matching chunks'
+        vectors exactly (`+ 0` keeps the optimizer from using the index there).
         """
         vector = self._query_vector(query)
         if vector is None:
@@ -432,7 +457,7 @@ class SessionMemory:
             if total > EXACT_SCAN_MAX
             else 0
         )
-        if matching > EXACT_SCAN_MAX:
+        if matching > EXACT_SCAN_MAX and matching >= SELECTIVE_SHARE * total:
             fetch = min(total, math.ceil(limit * OVERFETCH * total / matching))
             fetched = conn.execute(
                 f"""
@@ -806,6 +831,7 @@ class SessionMemory:
     def _fused_chunk_scores(self, query: str, filters: Filters) -> dict[str, float]:
         """Chunk ids and their fused BM25 + vector scores, best first."""
         s = self.settings
+        self._embed_query(query)  # embedding in parallel with BM25
         return fuse_scores(
             self.bm25_ranking(query, filters, CANDIDATES),
             self.vector_ranking(query, filters, CANDIDATES),
