@@ -16,7 +16,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime
@@ -34,6 +34,7 @@ from sessionmem_pipeline.warehouse import (
     VECTOR_BASE,
     VECTOR_DELTA,
     Snapshot,
+    corpus_stats,
     empty_reader,
     keyword_search,
     load_extensions,
@@ -47,12 +48,13 @@ CANDIDATES = 150  # per retriever, before fusion
 SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
 EXACT_SCAN_MAX = 10_000
 SELECTIVE_SHARE = 0.1
-"""Filtered vector queries scan the matching chunks' vectors exactly when at most EXACT_SCAN_MAX match (a few
-µs each) or fewer than this share of all chunks does (a selective filter: the index's top-k would hold too
-few of them)."""
+"""Filtered searches look among the matching chunks only (an exact scan of their vectors, a few µs each; BM25
+scoped to them) when at most EXACT_SCAN_MAX match or fewer than this share of all chunks does (a selective
+filter: the index's top-k would hold too few of them)."""
 OVERFETCH = 2
-"""Otherwise the index's nearest limit x OVERFETCH / (share of chunks matching) are filtered: about
-limit x OVERFETCH of them match (an exact scan is the fallback when fewer than `limit` do)."""
+"""Otherwise each retriever's unfiltered best limit x OVERFETCH / (share of chunks matching) are filtered:
+about limit x OVERFETCH of them match (the search among the matching chunks is the fallback when fewer than
+`limit` do)."""
 
 
 def require_query(query: str) -> str:
@@ -331,13 +333,25 @@ class SessionMemory:
             self._embedding_thread.shutdown()
             self._embedding_thread = None
 
-    def _embedded_count(self) -> int:
-        """Vectors in the open snapshot (fixed until a newer snapshot is opened)."""
+    def _per_snapshot(self, key: str, compute: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
+        """What `compute` reads from the open snapshot, computed once (fixed until a newer snapshot is opened)."""
         conn = self.connection()
-        if getattr(self, "_counted", None) is not conn:
-            self._embedded = conn.execute("SELECT count(*) FROM chunk_embeddings").fetchone()[0]
-            self._counted = conn
-        return self._embedded
+        if getattr(self, "_facts_of", None) is not conn:
+            self._facts: dict[str, Any] = {}
+            self._facts_of = conn
+        if key not in self._facts:
+            self._facts[key] = compute(conn)
+        return self._facts[key]
+
+    def _embedded_count(self) -> int:
+        """Vectors in the open snapshot."""
+        return self._per_snapshot("vectors", lambda conn: conn.execute("SELECT count(*) FROM chunk_embeddings").fetchone()[0])
+
+    def _keyword_search(self, corpus: str, query: str, **options: Any) -> list[tuple[str, str | None, float]]:
+        """warehouse.keyword_search over the snapshot, its corpus statistics counted once per snapshot."""
+        conn = self.search_connection()
+        stats = self._per_snapshot(f"stats:{corpus}", lambda conn: corpus_stats(conn, corpus))
+        return keyword_search(conn, corpus, query, stats=stats, **options)
 
     def _meta(self, key: str) -> str | None:
         row = self.connection().execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
@@ -427,12 +441,51 @@ class SessionMemory:
         """Chunk ids and BM25 scores, best first (each chunk read with the end of the one before it, see
         warehouse.KEYWORD_CORPORA)."""
         where, params = filters.chunk_sql()
-        scope = None if where == "TRUE" else f"SELECT c.chunk_id FROM chunks c WHERE {where}"
         try:
-            rows = keyword_search(self.search_connection(), "chunks", query, limit=limit, scope=scope, scope_params=params)
+            if where == "TRUE":
+                rows = self._keyword_search("chunks", query, limit=limit)
+            else:
+                rows = self._filtered_bm25(query, where, params, limit)
         except duckdb.CatalogException:
             return {}  # a snapshot from before the keyword index: `sessionmem index` builds it
         return {chunk_id: score for chunk_id, _, score in rows}
+
+    def _filtered_bm25(self, query: str, where: str, params: list[Any], limit: int) -> list[tuple[str, str | None, float]]:
+        """The best `limit` chunks the filter keeps. When it keeps many and a large share (`_overfetched`), the
+        best unfiltered limit x OVERFETCH / share are checked against it first: if at least `limit` of them
+        pass (or they are every chunk holding a query term), they are exactly the best that pass (one left out
+        scores below all of them). Else the search is scoped to the filter, which joins every passing chunk."""
+        fetch = self._overfetched(where, params, limit)
+        if fetch:
+            rows = self._keyword_search("chunks", query, limit=fetch)
+            passing = {
+                r[0]
+                for r in self.connection().execute(
+                    f"SELECT c.chunk_id FROM chunks c WHERE c.chunk_id IN ({sql_string_list([r[0] for r in rows])}) "
+                    f"AND {where}",
+                    params,
+                ).fetchall()
+            }
+            kept = [row for row in rows if row[0] in passing]
+            if len(kept) >= limit or len(rows) < fetch:
+                return kept[:limit]
+        scope = f"SELECT c.chunk_id FROM chunks c WHERE {where}"
+        return self._keyword_search("chunks", query, limit=limit, scope=scope, scope_params=params)
+
+    def _overfetched(self, where: str, params: list[Any], limit: int) -> int:
+        """How many of the unfiltered best to fetch so that about limit x OVERFETCH pass the filter; 0 for
+        selective or small filters (fewer than SELECTIVE_SHARE or EXACT_SCAN_MAX of the chunks pass), which
+        are searched among the passing chunks directly."""
+        total = self._embedded_count()
+        if total <= EXACT_SCAN_MAX:
+            return 0
+        matching = self._per_snapshot(
+            f"matching:{where}:{params!r}",
+            lambda conn: conn.execute(f"SELECT count(*) FROM chunks c WHERE {where}", params).fetchone()[0],
+        )
+        if matching <= EXACT_SCAN_MAX or matching < SELECTIVE_SHARE * total:
+            return 0
+        return min(total, math.ceil(limit * OVERFETCH * total / matching))
 
     def vector_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
         """Chunk ids and cosine similarities to the query, best first.
@@ -451,14 +504,8 @@ class SessionMemory:
         where, params = filters.chunk_sql()
         if where == "TRUE":
             return _similarities(conn.execute(_nearest_sql(cast), [vector, limit, vector, limit]).fetchall())
-        total = self._embedded_count()
-        matching = (
-            conn.execute(f"SELECT count(*) FROM chunks c WHERE {where}", params).fetchone()[0]
-            if total > EXACT_SCAN_MAX
-            else 0
-        )
-        if matching > EXACT_SCAN_MAX and matching >= SELECTIVE_SHARE * total:
-            fetch = min(total, math.ceil(limit * OVERFETCH * total / matching))
+        fetch = self._overfetched(where, params, limit)
+        if fetch:
             fetched = conn.execute(
                 f"""
                 SELECT chunk_id, distance FROM ({_nearest_sql(cast)}) hits JOIN chunks c USING (chunk_id)
@@ -466,7 +513,7 @@ class SessionMemory:
                 """,
                 [vector, fetch, vector, fetch, *params, limit],
             ).fetchall()
-            if len(fetched) >= min(limit, matching):
+            if len(fetched) >= limit:
                 return _similarities(fetched)
         rows = conn.execute(
             f"""
@@ -553,8 +600,8 @@ class SessionMemory:
         latest = f"""FROM session_summaries v JOIN sessions s
                      ON s.session_id = v.session_id AND s.summary_version = v.version WHERE {where}"""
         try:
-            bm25 = keyword_search(
-                conn, "summaries", query, limit=CANDIDATES, scope=f"SELECT v.summary_id {latest}", scope_params=params
+            bm25 = self._keyword_search(
+                "summaries", query, limit=CANDIDATES, scope=f"SELECT v.summary_id {latest}", scope_params=params
             )
         except duckdb.CatalogException:
             bm25 = []
@@ -637,7 +684,7 @@ class SessionMemory:
         started = self._start()
         conn = self.search_connection()
         try:
-            bm25 = [r[0] for r in keyword_search(conn, "memories", query, limit=CANDIDATES)]
+            bm25 = [r[0] for r in self._keyword_search("memories", query, limit=CANDIDATES)]
         except duckdb.CatalogException:
             bm25 = []
         stored_rows = conn.execute("SELECT memory_id, content, timestamp, session_id, importance FROM memories")

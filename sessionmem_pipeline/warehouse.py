@@ -1360,8 +1360,10 @@ def keyword_search(
     limit: int,
     scope: str | None = None,
     scope_params: Sequence[Any] = (),
+    stats: tuple[int, float] | None = None,
 ) -> list[tuple[str, str | None, float]]:
-    """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) keeps.
+    """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) keeps;
+    `stats` are the corpus's `corpus_stats`, which a reader of a snapshot may keep (else counted here).
 
     The same scores as DuckDB's fts `match_bm25`, reading only the postings of the query's terms (postings are
     sorted by term, so zone maps skip the rest, and carry their document's length) instead of scoring every row.
@@ -1381,7 +1383,7 @@ def keyword_search(
     ).fetchall()
     if not terms:
         return []
-    documents, average = conn.execute("SELECT count(*), avg(len) FROM kw_docs WHERE corpus = ?", [corpus]).fetchone()
+    documents, average = stats or corpus_stats(conn, corpus)
     idf = {int(term_id): math.log((documents - df + 0.5) / (df + 0.5) + 1, 10) for term_id, df in terms}
     common = [int(term_id) for term_id, df in terms if df > COMMON_TERM_SHARE * documents]
     rare = [term_id for term_id in idf if term_id not in common]
@@ -1411,6 +1413,11 @@ def keyword_search(
         if len(found) == limit and found[-1][2] >= sum(idf[t] for t in common) * (BM25_K + 1):
             return found
     return best("")
+
+
+def corpus_stats(conn: duckdb.DuckDBPyConnection, corpus: str) -> tuple[int, float]:
+    """Documents and their average length in a keyword corpus (what BM25 normalizes by): a scan of every document."""
+    return conn.execute("SELECT count(*), avg(len) FROM kw_docs WHERE corpus = ?", [corpus]).fetchone()
 
 
 def snapshot_generation(warehouse: Path) -> int | None:
