@@ -138,12 +138,13 @@ def _extension_connection(*, extensions: bool = True) -> duckdb.DuckDBPyConnecti
     return conn
 
 
-def load_extensions(conn: duckdb.DuckDBPyConnection) -> None:
+def load_extensions(conn: duckdb.DuckDBPyConnection, names: Sequence[str] = ("vss", "fts")) -> None:
     """Load vss (the HNSW index) and fts (`stem`) into a connection, also after a file was attached without them
     (its HNSW index is bound on first use): readers that need neither skip about 0.2 s of loading."""
-    for name in ("vss", "fts"):
+    for name in names:
         conn.execute(f"LOAD '{extension_path(name)}'")
-    conn.execute("SET hnsw_enable_experimental_persistence = true")
+    if "vss" in names:
+        conn.execute("SET hnsw_enable_experimental_persistence = true")
 
 
 # ---- schema ------------------------------------------------------------------------------------------------
