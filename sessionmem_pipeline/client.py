@@ -307,7 +307,7 @@ class SessionMemory:
     def connection(self) -> duckdb.DuckDBPyConnection:
         """The reader connection, reopened when a newer snapshot has been published; before the first one, an
         empty warehouse, so every call answers empty while the first index runs. It reads plain tables: the
-        retrievers take `search_connection`."""
+        retrievers take `_search_connection`."""
         identity = self._snapshot_identity()
         if self._conn is None or identity != self._opened:
             if self._conn is not None:
@@ -317,7 +317,7 @@ class SessionMemory:
             self._opened = identity
         return self._conn
 
-    def search_connection(self, *extensions: str) -> duckdb.DuckDBPyConnection:
+    def _search_connection(self, *extensions: str) -> duckdb.DuckDBPyConnection:
         """The reader connection with the given extensions loaded, once per opened snapshot: fts for BM25
         (`stem`), vss for the HNSW index. A recap or a listing needs neither, and loading vss costs 0.1-0.3 s."""
         conn = self.connection()
@@ -366,7 +366,7 @@ class SessionMemory:
 
     def _keyword_search(self, corpus: str, query: str, **options: Any) -> list[tuple[str, str | None, float]]:
         """warehouse.keyword_search over the snapshot, its corpus statistics counted once per snapshot."""
-        conn = self.search_connection("fts")
+        conn = self._search_connection("fts")
         stats = self._per_snapshot(f"stats:{corpus}", lambda conn: corpus_stats(conn, corpus))
         return keyword_search(conn, corpus, query, stats=stats, **options)
 
@@ -521,7 +521,7 @@ class SessionMemory:
             return {}
         cast = f"?::FLOAT[{self.embedder().dimensions}]"
         indexed = self._use_index()
-        conn = self.search_connection("vss") if indexed else self.connection()
+        conn = self._search_connection("vss") if indexed else self.connection()
         where, params = filters.chunk_sql()
         if where == "TRUE" and indexed:
             return _similarities(conn.execute(_nearest_sql(cast), [vector, limit, vector, limit]).fetchall())
