@@ -406,8 +406,9 @@ def writer_lock(warehouse: Path, *, timeout: float = 600.0, holder: str = "") ->
 
 
 FLOAT_COMPRESSION_OFF = "alp,alprd"
-"""Floats are written uncompressed: embeddings are near-random floats, which ALPRD stores larger than plain (231 vs
-149 MB for 100k 384-d vectors) and decodes at ~14 µs a vector, so a filtered exact scan of 20k vectors cost 300 ms."""
+"""Floats are written uncompressed: ALPRD, DuckDB's choice for embeddings, decodes at ~14 µs a vector (a filtered
+exact scan of 20k vectors at 100k chunks cost 300 ms, 75 ms plain) and saves little: real MiniLM vectors take 11%
+less room than plain (86 vs 97 segments), the benchmark's synthetic ones 35% more (231 vs 149 MB at 100k)."""
 
 
 def connect(path: Path, *, read_only: bool = False, extensions: bool = True) -> duckdb.DuckDBPyConnection:
