@@ -292,6 +292,8 @@ class SessionMemory:
         self._embedder = None
         self._embedding: tuple[Any, str, Future] | None = None  # (embedder, query, its vectors) of this search
         self._embedding_thread: ThreadPoolExecutor | None = None
+        self._facts: dict[str, Any] = {}  # what `_per_snapshot` read from the connection `_facts_of`
+        self._facts_of: duckdb.DuckDBPyConnection | None = None
         self.notice: str | None = None
         """Set by the last search when it could not use every retriever (keyword-only results), else None."""
 
@@ -353,16 +355,16 @@ class SessionMemory:
     def _per_snapshot(self, key: str, compute: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
         """What `compute` reads from the open snapshot, computed once (fixed until a newer snapshot is opened)."""
         conn = self.connection()
-        if getattr(self, "_facts_of", None) is not conn:
-            self._facts: dict[str, Any] = {}
-            self._facts_of = conn
+        if self._facts_of is not conn:
+            self._facts, self._facts_of = {}, conn
         if key not in self._facts:
             self._facts[key] = compute(conn)
         return self._facts[key]
 
     def _embedded_count(self) -> int:
         """Vectors in the open snapshot."""
-        return self._per_snapshot("vectors", lambda conn: conn.execute("SELECT count(*) FROM chunk_embeddings").fetchone()[0])
+        count = "SELECT count(*) FROM chunk_embeddings"
+        return self._per_snapshot("vectors", lambda conn: conn.execute(count).fetchone()[0])
 
     def _keyword_search(self, corpus: str, query: str, **options: Any) -> list[tuple[str, str | None, float]]:
         """warehouse.keyword_search over the snapshot, its corpus statistics counted once per snapshot."""
