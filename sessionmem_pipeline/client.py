@@ -13,9 +13,11 @@ raises `InvalidInputError` (a ValueError) with a one-line message the CLI and th
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -32,8 +34,10 @@ from sessionmem_pipeline.warehouse import (
     VECTOR_BASE,
     VECTOR_DELTA,
     Snapshot,
+    corpus_stats,
     empty_reader,
     keyword_search,
+    load_extensions,
     open_reader,
     search_log_path,
     snapshot_path,
@@ -42,8 +46,20 @@ from sessionmem_pipeline.warehouse import (
 
 CANDIDATES = 150  # per retriever, before fusion
 SESSION_FILTERS = frozenset({"after", "before", "project", "session_id", "topics"})
-EXACT_SCAN_MAX = 20_000  # filtered vector queries scan this many matching chunks exactly (about 5 ms at 384 d)
-OVERFETCH = 4  # above it (more than half the chunks match), the index's top limit x OVERFETCH are filtered instead
+EXACT_SCAN_MAX = 10_000
+SELECTIVE_SHARE = 0.1
+"""Filtered searches look among the matching chunks only (an exact scan of their vectors, a few µs each; BM25
+scoped to them) when at most EXACT_SCAN_MAX match or fewer than this share of all chunks does (a selective
+filter: the index's top-k would hold too few of them)."""
+READER_THREADS = 1
+"""A search's queries are small: DuckDB's parallel operators cost more than they save there (measured at 100k
+chunks on 2 busy cores, CPU p50: fetching 5 results 32 -> 10 ms, a has_decision search 123 -> 85 ms)."""
+OVERFETCH = 1.5
+"""Otherwise the index's nearest limit x OVERFETCH / (share of chunks matching) are filtered: about limit x
+OVERFETCH of them match (the search among the matching chunks is the fallback when fewer than `limit` do)."""
+BM25_OVERFETCH_SHARE = 0.5
+"""BM25 over-fetches the same way only when at least this share matches: scoped to 20% of 100k chunks it costs
+what over-fetching does (27 vs 28 ms CPU p50), scoped to 80% twice as much (42 vs 22 ms)."""
 
 
 def require_query(query: str) -> str:
@@ -274,6 +290,10 @@ class SessionMemory:
         self._conn: duckdb.DuckDBPyConnection | None = None
         self._opened: tuple[int, int] | None = None
         self._embedder = None
+        self._embedding: tuple[Any, str, Future] | None = None  # (embedder, query, its vectors) of this search
+        self._embedding_thread: ThreadPoolExecutor | None = None
+        self._facts: dict[str, Any] = {}  # what `_per_snapshot` read from the connection `_facts_of`
+        self._facts_of: duckdb.DuckDBPyConnection | None = None
         self.notice: str | None = None
         """Set by the last search when it could not use every retriever (keyword-only results), else None."""
 
@@ -288,14 +308,36 @@ class SessionMemory:
 
     def connection(self) -> duckdb.DuckDBPyConnection:
         """The reader connection, reopened when a newer snapshot has been published; before the first one, an
-        empty warehouse, so every call answers empty while the first index runs."""
+        empty warehouse, so every call answers empty while the first index runs. It reads plain tables: the
+        retrievers take `_search_connection`."""
         identity = self._snapshot_identity()
         if self._conn is None or identity != self._opened:
             if self._conn is not None:
                 self._conn.close()
-            self._conn = open_reader(self.warehouse) if identity is not None else empty_reader()
+            self._conn = open_reader(self.warehouse, extensions=False) if identity is not None else empty_reader()
+            self._conn.execute(f"SET threads = {READER_THREADS}")
             self._opened = identity
         return self._conn
+
+    def _search_connection(self, *extensions: str) -> duckdb.DuckDBPyConnection:
+        """The reader connection with the given extensions loaded, once per opened snapshot: fts for BM25
+        (`stem`), vss for the HNSW index. A recap or a listing needs neither, and loading vss costs 0.1-0.3 s."""
+        conn = self.connection()
+        loaded = self._per_snapshot("extensions", lambda conn: set())
+        missing = [name for name in extensions if name not in loaded]
+        if missing:
+            load_extensions(conn, missing)
+            loaded.update(missing)
+        return conn
+
+    def _use_index(self) -> bool:
+        """Whether a vector search goes through the HNSW index: not the first of an opened snapshot, which
+        scans exactly instead. Loading the index costs more than the scan it saves once (100k chunks, CPU: the
+        first search through the index 320-400 ms, an exact scan 210 ms cold and 55 ms warm, against 8 ms
+        through the index once loaded), so a one-off search (the CLI) never loads it, nor vss."""
+        searches = self._per_snapshot("vector searches", lambda conn: [0])
+        searches[0] += 1
+        return searches[0] > 1
 
     @property
     def indexed(self) -> bool:
@@ -306,14 +348,29 @@ class SessionMemory:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self._embedding_thread is not None:
+            self._embedding_thread.shutdown()
+            self._embedding_thread = None
+
+    def _per_snapshot(self, key: str, compute: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
+        """What `compute` reads from the open snapshot, computed once (fixed until a newer snapshot is opened)."""
+        conn = self.connection()
+        if self._facts_of is not conn:
+            self._facts, self._facts_of = {}, conn
+        if key not in self._facts:
+            self._facts[key] = compute(conn)
+        return self._facts[key]
 
     def _embedded_count(self) -> int:
-        """Vectors in the open snapshot (fixed until a newer snapshot is opened)."""
-        conn = self.connection()
-        if getattr(self, "_counted", None) is not conn:
-            self._embedded = conn.execute("SELECT count(*) FROM chunk_embeddings").fetchone()[0]
-            self._counted = conn
-        return self._embedded
+        """Vectors in the open snapshot."""
+        count = "SELECT count(*) FROM chunk_embeddings"
+        return self._per_snapshot("vectors", lambda conn: conn.execute(count).fetchone()[0])
+
+    def _keyword_search(self, corpus: str, query: str, **options: Any) -> list[tuple[str, str | None, float]]:
+        """warehouse.keyword_search over the snapshot, its corpus statistics counted once per snapshot."""
+        conn = self._search_connection("fts")
+        stats = self._per_snapshot(f"stats:{corpus}", lambda conn: corpus_stats(conn, corpus))
+        return keyword_search(conn, corpus, query, stats=stats, **options)
 
     def _meta(self, key: str) -> str | None:
         row = self.connection().execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
@@ -334,23 +391,40 @@ class SessionMemory:
         return self._embedder
 
     def _start(self) -> float:
-        """Begin a search: clear the previous one's notice; the start time for `_log`."""
+        """Begin a search: clear the previous one's notice and query embedding; the start time for `_log`."""
         self.notice = None
+        self._embedding = None
         return time.perf_counter()
+
+    def _embed_query(self, query: str) -> Future | None:
+        """The query's embedding, started in a worker thread once per search (a cold process loads the model
+        there, ~0.3 s, while BM25 runs); None without vectors or after the provider failed in this search."""
+        if self.notice is not None or not self._meta("embedding_model"):
+            return None
+        embedder = self.embedder()
+        if self._embedding is None or self._embedding[:2] != (embedder, query):
+            if self._embedding_thread is None:
+                self._embedding_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessionmem-embed")
+            self._embedding = (embedder, query, self._embedding_thread.submit(embedder.embed, [query]))
+        return self._embedding[2]
 
     def _query_vector(self, query: str) -> str | None:
         """The query's embedding as a vector literal; None without vectors, or when the provider fails (then the
         search is keyword-only and `notice` says why; later retrievers of the same search do not ask again)."""
-        if self.notice is not None or not self._meta("embedding_model"):
+        pending = self._embed_query(query)
+        if pending is None:
             return None
-        embedder = self.embedder()
         from sessionmem_pipeline.providers.embedders import EmbeddingError
 
         try:
-            return vector_literal(embedder.embed([query])[0])
-        except EmbeddingError as exc:
+            vector = pending.result()[0]
+        except Exception as exc:
+            self._embedding = None  # asked again by the next search
+            if not isinstance(exc, EmbeddingError):
+                raise
             self.notice = f"keyword-only results: the embedding provider failed ({exc})"
             return None
+        return vector_literal(vector)
 
     def _log(self, kind: str, started: float, results: int) -> None:
         line = {
@@ -386,50 +460,90 @@ class SessionMemory:
         """Chunk ids and BM25 scores, best first (each chunk read with the end of the one before it, see
         warehouse.KEYWORD_CORPORA)."""
         where, params = filters.chunk_sql()
-        scope = None if where == "TRUE" else f"SELECT c.chunk_id FROM chunks c WHERE {where}"
         try:
-            rows = keyword_search(self.connection(), "chunks", query, limit=limit, scope=scope, scope_params=params)
+            if where == "TRUE":
+                rows = self._keyword_search("chunks", query, limit=limit)
+            else:
+                rows = self._filtered_bm25(query, where, params, limit)
         except duckdb.CatalogException:
             return {}  # a snapshot from before the keyword index: `sessionmem index` builds it
         return {chunk_id: score for chunk_id, _, score in rows}
+
+    def _filtered_bm25(
+        self, query: str, where: str, params: list[Any], limit: int
+    ) -> list[tuple[str, str | None, float]]:
+        """The best `limit` chunks the filter keeps. When it keeps most of them (`_overfetched`), the best
+        unfiltered limit x OVERFETCH / share are checked against it first: if at least `limit` of them pass (or
+        they are every chunk holding a query term), they are exactly the best that pass (one left out scores
+        below all of them). Else the search is scoped to the filter, which joins every passing chunk."""
+        fetch = self._overfetched(where, params, limit, BM25_OVERFETCH_SHARE)
+        if fetch:
+            rows = self._keyword_search("chunks", query, limit=fetch)
+            passing = {
+                r[0]
+                for r in self.connection().execute(
+                    f"SELECT c.chunk_id FROM chunks c WHERE c.chunk_id IN ({sql_string_list([r[0] for r in rows])}) "
+                    f"AND {where}",
+                    params,
+                ).fetchall()
+            }
+            kept = [row for row in rows if row[0] in passing]
+            if len(kept) >= limit or len(rows) < fetch:
+                return kept[:limit]
+        scope = f"SELECT c.chunk_id FROM chunks c WHERE {where}"
+        return self._keyword_search("chunks", query, limit=limit, scope=scope, scope_params=params)
+
+    def _overfetched(self, where: str, params: list[Any], limit: int, min_share: float = SELECTIVE_SHARE) -> int:
+        """How many of the unfiltered best to fetch so that about limit x OVERFETCH pass the filter; 0 for
+        selective or small filters (fewer than `min_share` or EXACT_SCAN_MAX of the chunks pass), which are
+        searched among the passing chunks directly."""
+        total = self._embedded_count()
+        if total <= EXACT_SCAN_MAX:
+            return 0
+        matching = self._per_snapshot(
+            f"matching:{where}:{params!r}",
+            lambda conn: conn.execute(f"SELECT count(*) FROM chunks c WHERE {where}", params).fetchone()[0],
+        )
+        if matching <= EXACT_SCAN_MAX or matching < min_share * total:
+            return 0
+        return min(total, math.ceil(limit * OVERFETCH * total / matching))
 
     def vector_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
         """Chunk ids and cosine similarities to the query, best first.
 
         Plans around the HNSW index's trap: a WHERE filter is applied after its top-k, so a filtered query
-        through the index returns too few rows. Unfiltered queries use the index; filtered ones over-fetch from
-        the index when most chunks match, and otherwise (or when the over-fetch is short) scan the matching
-        chunks exactly (`+ 0` keeps the optimizer from using the index there).
+        through the index returns too few rows. Unfiltered queries use the index; filtered ones matching many
+        chunks and a large share of them (has_decision, about 20%) over-fetch from the index in proportion to
+        that share; selective or small ones (or when the over-fetch is short) scan the matching chunks'
+        vectors exactly (`+ 0` keeps the optimizer from using the index there). A snapshot's first vector
+        search scans exactly (`_use_index`).
         """
         vector = self._query_vector(query)
         if vector is None:
             return {}
         cast = f"?::FLOAT[{self.embedder().dimensions}]"
-        conn = self.connection()
+        indexed = self._use_index()
+        conn = self._search_connection("vss") if indexed else self.connection()
         where, params = filters.chunk_sql()
-        if where == "TRUE":
+        if where == "TRUE" and indexed:
             return _similarities(conn.execute(_nearest_sql(cast), [vector, limit, vector, limit]).fetchall())
-        total = self._embedded_count()
-        matching = (
-            conn.execute(f"SELECT count(*) FROM chunks c WHERE {where}", params).fetchone()[0]
-            if total > EXACT_SCAN_MAX
-            else 0
-        )
-        if matching > EXACT_SCAN_MAX and matching * 2 > total:
+        fetch = self._overfetched(where, params, limit) if indexed else 0
+        if fetch:
             fetched = conn.execute(
                 f"""
                 SELECT chunk_id, distance FROM ({_nearest_sql(cast)}) hits JOIN chunks c USING (chunk_id)
                 WHERE {where} ORDER BY distance, chunk_id LIMIT ?
                 """,
-                [vector, limit * OVERFETCH, vector, limit * OVERFETCH, *params, limit],
+                [vector, fetch, vector, fetch, *params, limit],
             ).fetchall()
-            if len(fetched) >= min(limit, matching):
+            if len(fetched) >= limit:
                 return _similarities(fetched)
+        scope = "TRUE" if where == "TRUE" else f"e.chunk_id IN (SELECT c.chunk_id FROM chunks c WHERE {where})"
         rows = conn.execute(
             f"""
             SELECT chunk_id, distance FROM (
                 SELECT e.chunk_id, array_cosine_distance(e.embedding, {cast}) + 0 AS distance FROM chunk_embeddings e
-                WHERE e.chunk_id IN (SELECT c.chunk_id FROM chunks c WHERE {where})
+                WHERE {scope}
             ) ORDER BY distance, chunk_id LIMIT ?
             """,
             [vector, *params, limit],
@@ -510,8 +624,8 @@ class SessionMemory:
         latest = f"""FROM session_summaries v JOIN sessions s
                      ON s.session_id = v.session_id AND s.summary_version = v.version WHERE {where}"""
         try:
-            bm25 = keyword_search(
-                conn, "summaries", query, limit=CANDIDATES, scope=f"SELECT v.summary_id {latest}", scope_params=params
+            bm25 = self._keyword_search(
+                "summaries", query, limit=CANDIDATES, scope=f"SELECT v.summary_id {latest}", scope_params=params
             )
         except duckdb.CatalogException:
             bm25 = []
@@ -594,7 +708,7 @@ class SessionMemory:
         started = self._start()
         conn = self.connection()
         try:
-            bm25 = [r[0] for r in keyword_search(conn, "memories", query, limit=CANDIDATES)]
+            bm25 = [r[0] for r in self._keyword_search("memories", query, limit=CANDIDATES)]
         except duckdb.CatalogException:
             bm25 = []
         stored_rows = conn.execute("SELECT memory_id, content, timestamp, session_id, importance FROM memories")
@@ -788,6 +902,7 @@ class SessionMemory:
     def _fused_chunk_scores(self, query: str, filters: Filters) -> dict[str, float]:
         """Chunk ids and their fused BM25 + vector scores, best first."""
         s = self.settings
+        self._embed_query(query)  # embedding in parallel with BM25
         return fuse_scores(
             self.bm25_ranking(query, filters, CANDIDATES),
             self.vector_ranking(query, filters, CANDIDATES),

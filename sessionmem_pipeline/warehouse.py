@@ -132,22 +132,30 @@ def extension_path(name: str) -> Path:
     return path
 
 
-_extensions_verified = False
-"""Whether this process has loaded vss and fts once with DuckDB's signature check. The check hashes the 44 MB of
+EXTENSIONS = ("vss", "fts")
+_verified_extensions: set[str] = set()
+"""The extensions this process has loaded once with DuckDB's signature check. The check hashes the 44 MB of
 extension files again in every new connection (170 ms of CPU: each writer step of a Dagster run opens one);
-later connections in the process load the same files, already verified, without it."""
+once both were verified, later connections in the process load the same files without it."""
 
 
 def _extension_connection(*, extensions: bool = True) -> duckdb.DuckDBPyConnection:
-    global _extensions_verified
-    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    conn = duckdb.connect(":memory:", config={**config, "allow_unsigned_extensions": _extensions_verified})
+    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+              "allow_unsigned_extensions": _verified_extensions.issuperset(EXTENSIONS)}
+    conn = duckdb.connect(":memory:", config=config)
     if extensions:
-        for name in ("vss", "fts"):
-            conn.execute(f"LOAD '{extension_path(name)}'")
-        conn.execute("SET hnsw_enable_experimental_persistence = true")
-        _extensions_verified = True
+        load_extensions(conn)
     return conn
+
+
+def load_extensions(conn: duckdb.DuckDBPyConnection, names: Sequence[str] = EXTENSIONS) -> None:
+    """Load vss (the HNSW index) and fts (`stem`) into a connection, also after a file was attached without them
+    (its HNSW index is bound on first use): readers that need neither skip about 0.2 s of loading."""
+    for name in names:
+        conn.execute(f"LOAD '{extension_path(name)}'")
+        _verified_extensions.add(name)
+    if "vss" in names:
+        conn.execute("SET hnsw_enable_experimental_persistence = true")
 
 
 # ---- schema ------------------------------------------------------------------------------------------------
@@ -417,10 +425,17 @@ def writer_lock(warehouse: Path, *, timeout: float = 600.0, holder: str = "") ->
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
+FLOAT_COMPRESSION_OFF = "alp,alprd"
+"""Floats are written uncompressed: ALPRD, DuckDB's choice for embeddings, decodes at ~14 µs a vector (a filtered
+exact scan of 20k vectors at 100k chunks cost 300 ms, 75 ms plain) and saves little: real MiniLM vectors take 11%
+less room than plain (86 vs 97 segments), the benchmark's synthetic ones 35% more (231 vs 149 MB at 100k)."""
+
+
 def connect(path: Path, *, read_only: bool = False, extensions: bool = True) -> duckdb.DuckDBPyConnection:
     """A connection whose default database is the file at `path`, with vss and fts loaded first (unless
     `extensions` is off: loading them costs more than a short read of plain tables)."""
     conn = _extension_connection(extensions=extensions)
+    conn.execute(f"SET disabled_compression_methods = '{FLOAT_COMPRESSION_OFF}'")
     mode = " (READ_ONLY)" if read_only else ""
     try:
         conn.execute(f"ATTACH '{_sql_string(str(path))}' AS {DATABASE}{mode}")
@@ -1509,8 +1524,10 @@ def keyword_search(
     limit: int,
     scope: str | None = None,
     scope_params: Sequence[Any] = (),
+    stats: tuple[int, float] | None = None,
 ) -> list[tuple[str, str | None, float]]:
-    """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) keeps.
+    """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) keeps;
+    `stats` are the corpus's `corpus_stats`, which a reader of a snapshot may keep (else counted here).
 
     The same scores as DuckDB's fts `match_bm25`, reading only the postings of the query's terms (postings are
     sorted by term, so zone maps skip the rest, and carry their document's length) instead of scoring every row.
@@ -1530,7 +1547,7 @@ def keyword_search(
     ).fetchall()
     if not terms:
         return []
-    documents, average = conn.execute("SELECT count(*), avg(len) FROM kw_docs WHERE corpus = ?", [corpus]).fetchone()
+    documents, average = stats or corpus_stats(conn, corpus)
     idf = {int(term_id): math.log((documents - df + 0.5) / (df + 0.5) + 1, 10) for term_id, df in terms}
     common = [int(term_id) for term_id, df in terms if df > COMMON_TERM_SHARE * documents]
     rare = [term_id for term_id in idf if term_id not in common]
@@ -1560,6 +1577,11 @@ def keyword_search(
         if len(found) == limit and found[-1][2] >= sum(idf[t] for t in common) * (BM25_K + 1):
             return found
     return best("")
+
+
+def corpus_stats(conn: duckdb.DuckDBPyConnection, corpus: str) -> tuple[int, float]:
+    """Documents and their average length in a keyword corpus (what BM25 normalizes by): a scan of every document."""
+    return conn.execute("SELECT count(*), avg(len) FROM kw_docs WHERE corpus = ?", [corpus]).fetchone()
 
 
 def snapshot_generation(warehouse: Path) -> int | None:
@@ -1650,11 +1672,11 @@ def empty_reader() -> duckdb.DuckDBPyConnection:
     return conn
 
 
-def open_reader(warehouse: Path) -> duckdb.DuckDBPyConnection:
+def open_reader(warehouse: Path, *, extensions: bool = True) -> duckdb.DuckDBPyConnection:
     """A read-only connection to the published snapshot beside `warehouse` (readers never open the live file,
-    which a run may be writing)."""
+    which a run may be writing); without `extensions`, load_extensions adds them when needed."""
     warehouse = Path(warehouse)
     snapshot = warehouse if warehouse.name.endswith(".search.duckdb") else snapshot_path(warehouse)
     if not snapshot.exists():
         raise NothingIndexedYet(f"{warehouse}: nothing indexed yet; run `sessionmem index` (or wait for it to finish)")
-    return connect(snapshot, read_only=True)
+    return connect(snapshot, read_only=True, extensions=extensions)

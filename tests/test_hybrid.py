@@ -11,6 +11,7 @@ import pytest
 from sessionmem_pipeline import client
 from sessionmem_pipeline.client import Filters, SessionMemory, deduplicate, fuse_scores
 from sessionmem_pipeline.config import load_settings
+from sessionmem_pipeline.warehouse import keyword_search
 from sessionmem_pipeline.stages.run import index_sources
 
 EXCHANGES = [
@@ -125,4 +126,25 @@ def test_planned_search_matches_an_exact_scan(
         every = [(r.session_id, r.chunk_index) for r in deduplicate(memory.chunks_by_id(expected))]
         for limit in (1, 3, 8):  # search reads the rows of its candidates only until it has enough
             assert [(r.session_id, r.chunk_index) for r in memory.search(query, limit=limit, **filters)] == every[:limit]
+    memory.close()
+
+
+@pytest.mark.parametrize("filters", FILTERS[1:])
+def test_overfetched_bm25_matches_the_search_scoped_to_the_filter(
+    indexed_corpus, monkeypatch: pytest.MonkeyPatch, filters: dict
+) -> None:
+    """BM25 under a filter most chunks pass filters the unfiltered best (forced here for every filter): the same
+    chunks and scores as the search scoped to the filter, also when too few pass and it falls back to that."""
+    monkeypatch.setattr(client, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(client, "BM25_OVERFETCH_SHARE", 0.0)
+    memory = SessionMemory(settings=indexed_corpus.settings)
+    chosen = memory._filters(**filters)
+    where, params = chosen.chunk_sql()
+    for query in ("payment retries backoff", "restore the nightly backup", "deploy"):
+        for limit in (1, 3, 150):
+            scope = f"SELECT c.chunk_id FROM chunks c WHERE {where}"
+            conn = memory._search_connection("fts")
+            scoped = keyword_search(conn, "chunks", query, limit=limit, scope=scope, scope_params=params)
+            expected = [(chunk_id, score) for chunk_id, _, score in scoped]
+            assert list(memory.bm25_ranking(query, chosen, limit).items()) == expected
     memory.close()
