@@ -69,9 +69,9 @@ class KeywordCorpus:
 
 KEYWORD_CORPORA = {
     "chunks": KeywordCorpus(
-        f"""SELECT chunk_id AS doc_id, session_id, concat_ws(' ', context_content,
-                   right(lag(content) OVER (PARTITION BY session_id ORDER BY chunk_index), {{previous_chars}})) AS text
-            FROM chunks WHERE {{scope}}"""
+        """SELECT chunk_id AS doc_id, session_id, concat_ws(' ', context_content,
+                   right(lag(content) OVER (PARTITION BY session_id ORDER BY chunk_index), {previous_chars})) AS text
+            FROM chunks WHERE {scope}"""
     ),
     "summaries": KeywordCorpus("SELECT summary_id AS doc_id, session_id, search_text AS text FROM session_summaries WHERE {scope}"),
     "memories": KeywordCorpus("SELECT memory_id AS doc_id, session_id, content AS text FROM memories WHERE {scope}", None),

@@ -3,7 +3,6 @@ rare identifier (a code, not meaning: the embedding is weak), on one small corpu
 only match its whole keyword credit; and its planned searches return what an exact scan returns."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import shutil
 import sys
 from collections.abc import Iterator
 from itertools import cycle

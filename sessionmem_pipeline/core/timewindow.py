@@ -37,7 +37,7 @@ _POINT = "|".join(
         r"(?P<today>today)",
         r"(?P<yesterday>(?:the\s+)?day\s+before\s+yesterday|yesterday)",
         rf"(?:the\s+)?(?P<span_kind>last|past|previous)\s+(?P<span_n>{_NUMBER})\s+{_UNIT}",
-        rf"(?P<rel>this|last|previous|past)\s+(?P<rel_unit>week|month|year)",
+        r"(?P<rel>this|last|previous|past)\s+(?P<rel_unit>week|month|year)",
         rf"(?P<ago_n>{_NUMBER})\s+(?P<ago_unit>day|week|month|year)s?\s+ago",
         rf"(?:(?P<wd_last>last|this|on)\s+)?(?P<weekday>{_WEEKDAY})",
         rf"(?:on\s+|in\s+)?(?:(?P<md_month>{_MONTH})\.?\s+{_DAY.replace('day>', 'md_day>')}"

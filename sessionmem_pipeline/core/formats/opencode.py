@@ -36,7 +36,6 @@ from sessionmem_pipeline.core.formats.drafts import (
     as_dict,
     as_id,
     as_int,
-    as_list,
     as_str,
     build_result,
     placeholder,
