@@ -44,7 +44,6 @@ from typing import Any
 
 import numpy as np
 
-from sessionmem_pipeline.core.chunk import DEFAULT_MAX_TOKENS, chunk_session
 from sessionmem_pipeline.core.collapse import collapse_messages
 from sessionmem_pipeline.core.ending import SessionEnding, session_ending
 from sessionmem_pipeline.core.flags import has_action, has_decision, shell_command_changes_state
@@ -728,16 +727,19 @@ def recap_session(
     budget: int = DEFAULT_BUDGET,
     alpha: float = DEFAULT_ALPHA,
     llm: ChatModel | None = None,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_tokens: int | None = None,
 ) -> Recap:
     """The recap of one session from its canonical messages: collapse, chunk (or use the given `chunks`, as
-    indexed), score, build. The agent's own compaction summaries are earlier summaries, not session content:
-    their chunks are not recapped, and their vectors (when given) count against novelty."""
+    indexed; `max_tokens` defaults to the chunker's), score, build. The agent's own compaction summaries are
+    earlier summaries, not session content: their chunks are not recapped, and their vectors (when given) count
+    against novelty."""
     if not messages:
         raise ValueError("cannot recap a session without messages")
     collapsed = collapse_messages(messages)
-    if chunks is None:
-        chunks = chunk_session(collapsed, max_tokens=max_tokens).chunks
+    if chunks is None:  # the chunker is imported only here: the session-start hook passes the indexed chunks
+        from sessionmem_pipeline.core.chunk import DEFAULT_MAX_TOKENS, chunk_session
+
+        chunks = chunk_session(collapsed, max_tokens=max_tokens or DEFAULT_MAX_TOKENS).chunks
     summary_ids = {m.message_id for m in messages if m.kind == KIND_COMPACTION}
     content = [c for c in chunks if not set(c.message_ids) <= summary_ids]
     summary_vectors = [
