@@ -26,6 +26,7 @@ from sessionmem_pipeline.core.recap import (
     render_handoff,
     score_chunks,
 )
+from sessionmem_pipeline.core import tokens
 from sessionmem_pipeline.core.tokens import count_tokens
 from sessionmem_pipeline.providers.llm import OpenAIChatModel
 
@@ -181,6 +182,17 @@ def test_the_budget_is_never_exceeded(path: Path, budget: int) -> None:
     recap = recap_session(parsed(path), budget=budget)
     assert recap.token_count == count_tokens(recap.text) <= budget
     assert recap.budget == budget
+
+
+def test_a_recap_of_fewer_bytes_than_its_budget_is_fitted_without_the_encoder() -> None:
+    """A token is at least one byte: the session-start hook's short recaps skip loading cl100k (~0.1 s)."""
+    decided = "User: We decided to rotate the API keys every week."
+    chunks = [RecapChunk(0, decided, ("m0",), has_decision=True, speakers=("User",)), RecapChunk(1, "User: ok", ("m1",))]
+    tokens._encoder.cache_clear()
+    recap = build_recap(chunks, session_id="s", budget=800)
+    assert recap.lines and tokens._encoder.cache_info().currsize == 0
+    assert recap.token_count == count_tokens(recap.text) <= 800
+    assert build_recap(chunks, session_id="s", budget=64).token_count <= 64  # over 64 bytes: counted
 
 
 def test_a_larger_budget_says_more() -> None:

@@ -155,10 +155,14 @@ class Recap:
     text: str
     lines: tuple[RecapLine, ...]
     budget: int
-    token_count: int
     chunk_indexes: tuple[int, ...]  # the chunks the lines were taken from, best first
     ended_abruptly: bool = False
     model: str | None = None  # the chat model that rewrote it; None for the extractive recap
+
+    @property
+    def token_count(self) -> int:
+        """cl100k tokens of `text`, at most `budget`: counted when asked (the session-start hook does not ask)."""
+        return count_tokens(self.text)
 
 
 # ---- scoring -------------------------------------------------------------------------------------------------
@@ -634,19 +638,25 @@ def _fit(session_id: str, candidates: Sequence[_Placed], budget: int) -> list[Re
     """Candidates taken in order while the rendered recap stays within the budget; a line already said by a chosen
     one (the same text, or its opening: a command the mid-work end already names) is skipped."""
     chosen: list[_Placed] = []
-    used = count_tokens(_render(session_id, []))
+    rendered = _render(session_id, [])
     for candidate in candidates:
-        if budget - used < _MIN_LINE_TOKENS:
+        if not _within(budget - _MIN_LINE_TOKENS, rendered):
             break
         text = candidate[1].text
         said = text.removesuffix("…")[:SAID_CHARS]
-        if count_tokens(text) > budget - used or any(said in line.text for _, line in chosen):
+        if not _within(budget, text, rendered) or any(said in line.text for _, line in chosen):
             continue
         trial = [*chosen, candidate]
-        tokens = count_tokens(_render(session_id, _ordered(trial)))
-        if tokens <= budget:
-            chosen, used = trial, tokens
+        trial_text = _render(session_id, _ordered(trial))
+        if _within(budget, trial_text):
+            chosen, rendered = trial, trial_text
     return _ordered(chosen)
+
+
+def _within(budget: int, *texts: str) -> bool:
+    """Whether the texts take at most `budget` cl100k tokens together. A token is at least one UTF-8 byte, so
+    texts of no more bytes fit without a count: a short recap (a session-start hook) never loads the encoder."""
+    return sum(len(text.encode()) for text in texts) <= budget or sum(map(count_tokens, texts)) <= budget
 
 
 # ---- the recap -------------------------------------------------------------------------------------------------
@@ -714,7 +724,7 @@ def _recap(
     model: str | None,
 ) -> Recap:
     text = _render(session_id, lines)
-    return Recap(session_id, text, tuple(lines), budget, count_tokens(text), selected, abrupt, model)
+    return Recap(session_id, text, tuple(lines), budget, selected, abrupt, model)
 
 
 def recap_session(

