@@ -541,8 +541,8 @@ def collapsed_from_row(row: Mapping[str, Any]) -> CollapsedMessage:
     )
 
 
-_value_tables = itertools.count()
-"""Names of the registered value tables (`_Queries._values`), unique within the process."""
+_registered_tables = itertools.count()
+"""Names of the Arrow tables registered on a connection (`_Queries._registered`), unique within the process."""
 
 
 class _Queries:
@@ -551,18 +551,24 @@ class _Queries:
     conn: duckdb.DuckDBPyConnection
 
     @contextlib.contextmanager
+    def _registered(self, table: pa.Table) -> Iterator[str]:
+        """An Arrow table readable by SQL under the name yielded, while the block runs."""
+        name = f"_registered_{next(_registered_tables)}"
+        self.conn.register(name, table)
+        try:
+            yield name
+        finally:
+            self.conn.unregister(name)
+
+    @contextlib.contextmanager
     def _values(self, values: Sequence[Any]) -> Iterator[str]:
         """`values` as a registered one-column (`v`) Arrow table, for `IN (SELECT v FROM <name>)`: DuckDB's Python
         client binds a list parameter value by value, trying to import pandas for each (80 ms of CPU for 1,000
         ids where pandas is not installed, 2 ms through Arrow)."""
         import pyarrow as pa
 
-        name = f"_values_{next(_value_tables)}"
-        self.conn.register(name, pa.table({"v": pa.array(list(values))}))
-        try:
+        with self._registered(pa.table({"v": pa.array(list(values))})) as name:
             yield name
-        finally:
-            self.conn.unregister(name)
 
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         cursor = self.conn.execute(sql, params or [])
@@ -620,11 +626,8 @@ class _Queries:
         parameter value by value)."""
         import pyarrow as pa  # the writer's path only: readers do not pay for it
 
-        self.conn.register("_wanted_paths", pa.table({"path": pa.array(list(paths), pa.string())}))
-        try:
-            rows = self.query("SELECT f.* FROM source_files f SEMI JOIN _wanted_paths w ON w.path = f.path")
-        finally:
-            self.conn.unregister("_wanted_paths")
+        with self._registered(pa.table({"path": pa.array(list(paths), pa.string())})) as wanted:
+            rows = self.query(f"SELECT f.* FROM source_files f SEMI JOIN {wanted} w ON w.path = f.path")
         return {
             row["path"]: (
                 IndexedState(row["size"], row["mtime_ns"], row["sha256"], row["consumed_bytes"], row["prefix_sha256"])
@@ -907,12 +910,8 @@ class Warehouse(_Queries):
         arrow = rows if isinstance(rows, pa.Table) else _to_arrow(rows)
         if arrow.num_rows == 0:
             return 0
-        view = f"_incoming_{table}"
-        self.conn.register(view, arrow)
-        try:
-            self.conn.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {view}")
-        finally:
-            self.conn.unregister(view)
+        with self._registered(arrow) as incoming:
+            self.conn.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {incoming}")
         return arrow.num_rows
 
     def set_session_topics(self, topics: Mapping[str, Sequence[str]]) -> None:
@@ -925,13 +924,10 @@ class Warehouse(_Queries):
             {"session_id": list(topics), "topics": [list(tags) for tags in topics.values()]},
             schema=pa.schema([("session_id", pa.string()), ("topics", pa.list_(pa.string()))]),
         )
-        self.conn.register("_incoming_topics", table)
-        try:
+        with self._registered(table) as incoming:
             self.conn.execute(
-                "UPDATE sessions SET topics = t.topics FROM _incoming_topics t WHERE sessions.session_id = t.session_id"
+                f"UPDATE sessions SET topics = t.topics FROM {incoming} t WHERE sessions.session_id = t.session_id"
             )
-        finally:
-            self.conn.unregister("_incoming_topics")
 
     def delete_where(self, table: str, column: str, values: Sequence[Any]) -> None:
         if values:
@@ -1188,13 +1184,19 @@ class Warehouse(_Queries):
         return {fp for (fp,) in rows}
 
     def store_batch_answers(self, local_id: str, answers: Mapping[str, str]) -> None:
-        """Answers of one batch's requests, by custom_id."""
-        with self.transaction():
-            for custom_id, answer in answers.items():
-                self.conn.execute(
-                    "UPDATE provider_batch_requests SET answer = ? WHERE local_id = ? AND custom_id = ?",
-                    [answer, local_id, custom_id],
-                )
+        """Answers of one batch's requests, by custom_id (one statement however many)."""
+        import pyarrow as pa
+
+        if not answers:
+            return
+        table = pa.table({"custom_id": pa.array(list(answers), pa.string()),
+                          "answer": pa.array(list(answers.values()), pa.string())})
+        with self.transaction(), self._registered(table) as given:
+            self.conn.execute(
+                f"""UPDATE provider_batch_requests SET answer = a.answer FROM {given} a
+                    WHERE provider_batch_requests.local_id = ? AND provider_batch_requests.custom_id = a.custom_id""",
+                [local_id],
+            )
 
     def clear_batch_answers(self, input_fps: Sequence[str] | None = None) -> None:
         """Forget the answers kept for these requests (all when None): used, or their session forgotten."""
