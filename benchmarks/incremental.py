@@ -229,7 +229,7 @@ def print_table(rows: Sequence[dict], changes: int) -> None:
             print(f"{r['chunks']:>8} {r.get('first_mb', '-'):>9} {r.get('bulk_mb', '-'):>8} {r['first_vs_bulk']:>10} "
                   f"{rebuilt:>7}   {after['file_mb']:>8} {r['fresh']['file_mb']:>8} "
                   f"{r['growth']:>11} {after['snapshot_mb']:>8} {r['snapshot_growth']:>10} {after['rebuilds']:>8}")
-        print("first: the file after the first index (rebuilt: whether that run rebuilt it, Warehouse.outgrown); bulk: "
+        print("first: the file after the first index (rebuilt: whether that run rebuilt it, Warehouse.finish); bulk: "
               f"a rebuild_file copy of it; after: after {changes} changes, of which `rebuilds` rebuilt the file")
     print("\nslowest stages (s):")
     for r in rows:

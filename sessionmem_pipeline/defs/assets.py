@@ -83,9 +83,7 @@ def _stage_context(
             yield ctx, report
             report.seconds = time.perf_counter() - started
             record_run(wh, report, started_at, "dagster")
-            generation = wh.generation()
-            wh.checkpoint()
-            outgrown = report.indexed and wh.outgrown()
+            generation, outgrown = wh.finish(measure=report.indexed)
         if outgrown:
             rebuild_file(settings.warehouse)
         if publish or not _writer_follows(context):

@@ -115,9 +115,7 @@ def index_sources(
             run_all(ctx, scan, scope_roots, report, full=full)
             report.seconds = time.perf_counter() - started
             record_run(wh, report, started_at, "cli")
-            generation = wh.generation()
-            wh.checkpoint()
-            outgrown = report.indexed and wh.outgrown()  # measured checkpointed: mid-run the file holds more
+            generation, outgrown = wh.finish(measure=report.indexed)
         fault_point("run", "after")
         if outgrown:
             with report.timed("rebuild"):
@@ -200,7 +198,7 @@ def reembed(settings: Settings, *, embedder: Embedder | None = None, progress: P
             refresh_search_index(wh)
             report.seconds = time.perf_counter() - started
             record_run(wh, report, started_at, "reembed")
-            wh.checkpoint()
+            wh.finish(measure=False)
         report.snapshot = str(publish_snapshot(settings.warehouse))
     return report
 
@@ -222,8 +220,7 @@ def summarize_now(settings: Settings, session_id: str, *, full: bool = False, lo
                     wh.bump_generation()
                 refresh_search_index(wh)
             version, summary = latest_summary(wh, session_id)
-            generation = wh.generation()
-            wh.checkpoint()
+            generation, _ = wh.finish(measure=False)
         publish_if_stale(settings.warehouse, generation)
     fallback = outcome.llm_fallbacks[0] if outcome.llm_fallbacks else None
     return version, summary, bool(outcome.versions_written), fallback
@@ -243,8 +240,7 @@ def forget(settings: Settings, *, session_id: str | None = None, project: str | 
             with wh.transaction():
                 wh.forget_sessions(ids, datetime.now(UTC))
             refresh_search_index(wh)
-            generation = wh.generation()
-            wh.checkpoint()
+            generation, _ = wh.finish(measure=False)
         publish_if_stale(settings.warehouse, generation)
     return ids
 
