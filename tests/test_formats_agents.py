@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import pytest
 from hypothesis import given
@@ -300,6 +300,31 @@ def test_text_formats_never_crash_on_mutated_lines(data: st.DataObject) -> None:
 
 def test_every_registered_format_has_a_label_and_patterns() -> None:
     assert all(f.label and f.patterns for f in REGISTRY.formats)
+
+
+def _format_by_match(path: PurePath) -> str | None:
+    return next((f.name for f in REGISTRY.formats if any(path.match(p) for p in f.patterns)), None)
+
+
+def test_the_format_of_a_path_is_the_first_whose_pattern_matches_whatever_was_asked_before() -> None:
+    """Discovery asks per file and the registry answers from rules it keeps per folder: the answer must be
+    PurePath.match's for every registered pattern, also for a folder asked about before with other names."""
+    names = {"x.jsonl", "x.json", "x.md", "x.db", "x.sqlite", ".x.json", "memories.md"}
+    folders = {("home", "u"), ("home", "u", "projects", "p")}
+    for f in REGISTRY.formats:
+        for pattern in f.patterns:
+            parts = PurePath(pattern).parts
+            names.add(parts[-1].replace("*", "a"))
+            folder = tuple(part.replace("*", "b") for part in parts[:-1])
+            folders.update({("home", "u", *folder), ("home", *folder[1:])})  # the whole pattern, and cut short
+            folders.update(("home", "u", *parts[:-1][:k], territory) for territory in f.territory for k in (0, 1))
+    paths = [PurePath("/", *folder, name) for folder in sorted(folders) for name in sorted(names)]
+    for path in paths + paths[::-1]:
+        chosen = REGISTRY.format_for_path(path)
+        assert (chosen.name if chosen else None) == _format_by_match(path), path
+        in_territory = any(t in path.parts[:-1] for f in REGISTRY.formats for t in f.territory)
+        plain_json = path.name.endswith((".jsonl", ".json")) and not path.name.startswith(".") and not in_territory
+        assert REGISTRY.wants(path) == (chosen is not None or plain_json), path
 
 
 # ---- end to end ---------------------------------------------------------------------------------------------

