@@ -119,3 +119,23 @@ def test_an_unlinked_base_vector_is_not_found_and_an_older_view_learns_to_skip_i
         assert wh.scalar("SELECT count(*) FROM chunk_embeddings") == 50
         assert wh.scalar(f"SELECT count(*) FROM {VECTOR_BASE}") == 100  # unlinked, the index untouched
     assert _nearest(path, gone["embedding"], Filters()) != gone["chunk_id"]
+
+
+def test_vectors_are_unlinked_once_and_a_purge_also_deletes_the_unlinked_ones(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    rng = random.Random(8)
+    _write(path, "a", 20, rng)
+    _write(path, "b", 20, rng)
+    _maintain(path)
+    with Warehouse(path) as wh:
+        with wh.transaction():
+            wh.conn.execute("UPDATE chunks SET context_hash = CASE WHEN session_id = 'a' AND chunk_index < 5 "
+                            "THEN 'rewritten' ELSE 'h' END")  # five of a's chunks rewritten
+            assert wh.delete_stale_embeddings(["a"]) == 5
+        with wh.transaction():  # the same stale vectors again: already unlinked, nothing to count twice
+            assert wh.delete_stale_embeddings(["a", "b"]) == 0
+        assert wh.get_meta("hnsw_deleted") == "5"
+        with wh.transaction():  # forgetting session a: its unlinked vectors go with its live ones
+            assert wh.delete_vectors("e.session_id = ?", ["a"], purge=True) == 20
+        assert wh.scalar(f"SELECT count(*) FROM {VECTOR_BASE} WHERE session_id = 'a'") == 0
+        assert wh.scalar(f"SELECT count(*) FROM {VECTOR_BASE}") == 20
