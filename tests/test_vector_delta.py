@@ -91,12 +91,18 @@ def test_a_new_vector_is_found_in_the_delta_and_after_it_joins_the_index(tmp_pat
     assert "HNSW_INDEX_SCAN" in str(plan)
 
 
+def _indexed_sessions_a_and_b(path: Path, count: int, seed: int) -> list[dict]:
+    """Sessions a and b with `count` vectors each, in the HNSW-indexed base; a's vectors."""
+    rng = random.Random(seed)
+    vectors = _write(path, "a", count, rng)
+    _write(path, "b", count, rng)
+    _maintain(path)
+    return vectors
+
+
 def test_deleted_vectors_are_compacted_only_past_the_threshold(tmp_path: Path) -> None:
     path = tmp_path / "w.duckdb"
-    rng = random.Random(6)
-    _write(path, "a", 100, rng)
-    _write(path, "b", 100, rng)
-    _maintain(path)
+    _indexed_sessions_a_and_b(path, 100, seed=6)
     with Warehouse(path) as wh, wh.transaction():
         wh.delete_sessions(["a"])
     assert _maintain(path) == ("compacted", 100, 0)  # rebuilt over the live rows
@@ -106,10 +112,7 @@ def test_deleted_vectors_are_compacted_only_past_the_threshold(tmp_path: Path) -
 
 def test_an_unlinked_base_vector_is_not_found_and_an_older_view_learns_to_skip_it(tmp_path: Path) -> None:
     path = tmp_path / "w.duckdb"
-    rng = random.Random(7)
-    gone = _write(path, "a", 50, rng)[0]
-    _write(path, "b", 50, rng)
-    _maintain(path)
+    gone = _indexed_sessions_a_and_b(path, 50, seed=7)[0]
     with Warehouse(path) as wh:
         wh.conn.execute(f"CREATE OR REPLACE VIEW chunk_embeddings AS FROM {VECTOR_BASE} UNION ALL BY NAME FROM {VECTOR_DELTA}")
         with wh.transaction():  # session a's chunks were rewritten (no chunk has its vectors' text hash any more)
@@ -123,10 +126,7 @@ def test_an_unlinked_base_vector_is_not_found_and_an_older_view_learns_to_skip_i
 
 def test_vectors_are_unlinked_once_and_a_purge_also_deletes_the_unlinked_ones(tmp_path: Path) -> None:
     path = tmp_path / "w.duckdb"
-    rng = random.Random(8)
-    _write(path, "a", 20, rng)
-    _write(path, "b", 20, rng)
-    _maintain(path)
+    _indexed_sessions_a_and_b(path, 20, seed=8)
     with Warehouse(path) as wh:
         with wh.transaction():
             wh.conn.execute("UPDATE chunks SET context_hash = CASE WHEN session_id = 'a' AND chunk_index < 5 "
