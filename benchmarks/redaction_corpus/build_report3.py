@@ -293,14 +293,15 @@ def drawn_lookalikes(rng: random.Random) -> list[str]:
     return lines
 
 
-def existing_clean_lines(corpus: Path) -> set[str]:
-    return {line for path in corpus.glob("*/clean.txt") if path.parent.name != "report3" for line in path.read_text(encoding="utf-8").splitlines()}
+def existing_clean_lines(corpus: Path, built: str = "report3") -> set[str]:
+    """Every clean line of the other folders than the one being built."""
+    return {line for path in corpus.glob("*/clean.txt") if path.parent.name != built for line in path.read_text(encoding="utf-8").splitlines()}
 
 
-def existing_values(corpus: Path) -> set[str]:
-    """Every marked value of the other folders, so no report3 secret repeats one."""
+def existing_values(corpus: Path, built: str = "report3") -> set[str]:
+    """Every marked value of the other folders, so no secret of the folder being built repeats one."""
     marker = re.compile(r"⟦[a-z0-9-]+:([^⟧]+)⟧")
-    return {m.group(1) for path in corpus.glob("*/secrets.txt") if path.parent.name != "report3" for m in marker.finditer(path.read_text(encoding="utf-8"))}
+    return {m.group(1) for path in corpus.glob("*/secrets.txt") if path.parent.name != built for m in marker.finditer(path.read_text(encoding="utf-8"))}
 
 
 def main(noseyparker_dir: str, kingfisher_dir: str) -> None:
