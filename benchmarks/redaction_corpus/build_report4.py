@@ -353,9 +353,9 @@ def main(secretlint_dir: str, ripsecrets_dir: str, whispers_dir: str, whispers: 
     seen_elsewhere = existing_clean_lines(OUT.parent, "report4")
     clean = ["## REPORT4 half, clean look-alikes: must come out of redact() unchanged. Never tuned on."]
     for title, candidates in (
-        (f"scanner negative examples holding no credential (secretlint@{commits['secretlint/secretlint']} ok snapshots)", sl_negatives),
-        (f"scanner negative examples holding no credential (ripsecrets@{commits['sirwart/ripsecrets']} test/none)", rs_negatives),
-        (f"scanner negative examples holding no credential (whispers@{commits['Skyscanner/whispers']} compliant fixtures)", wh_negatives),
+        (f"secretlint negative examples holding no credential (secretlint@{commits['secretlint/secretlint']} ok snapshots)", sl_negatives),
+        (f"ripsecrets negative examples holding no credential (ripsecrets@{commits['sirwart/ripsecrets']} test/none)", rs_negatives),
+        (f"whispers compliant fixtures holding no credential (whispers@{commits['Skyscanner/whispers']})", wh_negatives),
     ):
         clean.append(f"## --- {title}")
         for line in candidates:
