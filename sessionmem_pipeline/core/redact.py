@@ -917,7 +917,7 @@ _NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|_pat\b|-pat\b")  # i
 # A key of a vendor no rule knows still has a key's shape: a short lower-case prefix and a random body
 # (`tvly-…`, `pcsk_…`, `sk-or-v1-…`), or a random run of 24 to 100 letters of both cases and digits standing on its
 # own (a call's argument, a command's operand, a list item, a line of its own). Known safe shapes stay: ids with a
-# known prefix (`toolu_…`, `msg_…`, `cus_…`, `i-…`), hex digests and UUIDs (no upper case), names and paths (long
+# known prefix (`toolu_…`, `msg_…`, `cus_…`, `i-…`), hex digests and UUIDs, names and paths (long
 # word-like parts), hashes after their label (`sha256:`, `h1:`, `sha512-…`), base64 media and PEM or ssh key
 # bodies, lines of a wrapped base64 block; and a value with a name (`rookTable = …`, `"nonce": "…"`) is left to
 # the name rules, which judge the name.
@@ -930,7 +930,7 @@ _ID_PREFIXES = frozenset(  # objects' ids, not credentials: Anthropic, OpenAI, S
     "toolu srvtoolu msg msgbatch req request call run thread asst file batch org proj chatcmpl cmpl resp item ft "
     "ftjob modr vs step cus pi ch evt acct prod price sub in ii txn src pm seti cs po tr re py ba card tok ic "
     "i vol snap ami sg subnet vpc eni igw rtb nat acl eipalloc lt r sess session user usr id uid ref job build "
-    "commit sha md5 cache node pod deploy img image layer ws test spec ulid".split()
+    "commit sha md5 cache node pod deploy img image layer ws spec ulid".split()
 )
 _CREDENTIAL_PREFIX_PARTS = frozenset("sk rk key api apikey pat token tok secret pt pk pass pwd auth".split())
 _SEGMENT = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
@@ -974,7 +974,7 @@ def _is_random_body(body: str) -> bool:
     if has_upper and has_lower:
         return True
     switches = sum(1 for a, b in zip(alnum, alnum[1:]) if a.isdigit() != b.isdigit())
-    return len(alnum) >= 32 and switches >= 8 and not _HEX_OR_UUID.match(alnum)  # base36 keys; not ULIDs, not hex
+    return len(alnum) >= 32 and switches >= 8  # base36 keys, not ULIDs
 
 
 def _is_prefixed_credential(m: re.Match[str]) -> bool:
@@ -1048,6 +1048,7 @@ def _has_token_shape(value: str) -> bool:
 
 def _accept_shaped_token(m: re.Match[str]) -> bool:
     return _has_token_shape(m.group("value")) and _stands_alone(m.string, m.start("value"), m.end("value"))
+
 
 _RULES: tuple[_Rule, ...] = (
     _Rule(
