@@ -56,7 +56,10 @@ NEGATIVES_KEPT = {
     "np.okta.1": (0, 1), "np.reactapp.1": (0,), "np.reactapp.2": (0, 1), "np.sonarqube.1": (0, 1, 2, 3),
     "np.twitch.1": (2,), "kingfisher.odbc.1": (0, 1, 2, 4, 5, 6), "kingfisher.rabbitmq.1": (0, 1),
 }
-QUOTES = "\"'\\`"  # a capture that includes its quotes is marked without them
+QUOTES = "\"'\\`"
+# A capture that is a whole webhook URL (Slack, Microsoft Teams) is marked from its secret path on, as the corpus
+# convention says (fixed after version 6's measurement; report3/secrets.txt was re-marked the same way).
+WEBHOOK_URL = re.compile(r"https?://[^/\s]+/(?:services|webhook|webhookb2)/(?P<path>\S+)")  # a capture that includes its quotes is marked without them
 PLACEHOLDER_WORDS = {"password", "passwd", "secret", "changeme", "mypass", "pass123", "admin", "root", "example", "token"}
 
 
@@ -111,6 +114,8 @@ def secret_spans(rule: dict, pattern: regex.Pattern, text: str) -> list[tuple[in
                 start += 1
             while end > start and text[end - 1] in QUOTES:
                 end -= 1
+            if webhook := WEBHOOK_URL.match(text, start, end):  # the credential is the path, not the host
+                start = webhook.start("path")
             if not is_placeholder(text[start:end]):
                 spans.append((start, end))
     return sorted(set(spans))
@@ -293,14 +298,15 @@ def drawn_lookalikes(rng: random.Random) -> list[str]:
     return lines
 
 
-def existing_clean_lines(corpus: Path) -> set[str]:
-    return {line for path in corpus.glob("*/clean.txt") if path.parent.name != "report3" for line in path.read_text(encoding="utf-8").splitlines()}
+def existing_clean_lines(corpus: Path, built: str = "report3") -> set[str]:
+    """Every clean line of the other folders than the one being built."""
+    return {line for path in corpus.glob("*/clean.txt") if path.parent.name != built for line in path.read_text(encoding="utf-8").splitlines()}
 
 
-def existing_values(corpus: Path) -> set[str]:
-    """Every marked value of the other folders, so no report3 secret repeats one."""
+def existing_values(corpus: Path, built: str = "report3") -> set[str]:
+    """Every marked value of the other folders, so no secret of the folder being built repeats one."""
     marker = re.compile(r"⟦[a-z0-9-]+:([^⟧]+)⟧")
-    return {m.group(1) for path in corpus.glob("*/secrets.txt") if path.parent.name != "report3" for m in marker.finditer(path.read_text(encoding="utf-8"))}
+    return {m.group(1) for path in corpus.glob("*/secrets.txt") if path.parent.name != built for m in marker.finditer(path.read_text(encoding="utf-8"))}
 
 
 def main(noseyparker_dir: str, kingfisher_dir: str) -> None:

@@ -8,6 +8,12 @@ output are built from redacted text; collapsing and chunking do not redact again
   formats as published by the gitleaks and detect-secrets scanners; New Relic, Pixie, Jina, crates.io, TrueNAS,
   Segment, Mandrill, Ubidots), Telegram and Discord bot tokens, webhook URLs, Azure SAS signatures, PEM
   private-key blocks (also base64-encoded once more, `LS0tLS1CRUdJTi…`) and JWTs are redacted wherever they appear;
+  so is a key of a vendor no rule knows, by its shape: a short lower-case prefix then a random body (`tvly-…`,
+  `sk-or-v1-…`), or 24 to 100 random letters of both cases and digits standing on their own (an argument, an
+  operand, a list item, a line); ids with a known prefix (`toolu_…`, `cus_…`), digests, UUIDs, names, paths,
+  labelled hashes (`sha256:…`), base64 media, PEM and ssh key bodies and wrapped base64 blocks stay, and a value
+  with a name is left to the name rules; and a webhook URL's path after `/hooks/` or `/webhooks/` when it holds a
+  key-like part;
 - context: a value assigned to a secret-like name (`DB_PASSWORD=…`, `"api_key": "…"`, `--token …`,
   `<password>…</password>`, `db_password: str = "…"`, a YAML phrase `password: Harbor Lights 2019!`,
   `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`, make's `API_TOKEN ?= "…"`, Go's
@@ -57,7 +63,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "6"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "7"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -71,6 +77,7 @@ KIND_JWT = "jwt"
 KIND_PASSWORD = "password"
 KIND_WEBHOOK = "webhook-url"
 KIND_AZURE = "azure-key"
+KIND_TOKEN = "token"  # a credential known by its shape alone
 # Provider tokens recognised by shape alone: (kind, pattern). Formats as published by the gitleaks rules
 # (cmd/generate/config/rules) and the vendors' docs; every repetition is bounded.
 _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
@@ -116,6 +123,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("rubygems-key", r"\brubygems_[a-f0-9]{48}\b"),
     ("clojars-token", r"\bCLOJARS_[A-Za-z0-9]{60}\b"),
     ("intra42-secret", r"\bs-s4t2(?:ud|af)-[a-f0-9]{64}\b"),
+    ("salesforce-token", r"\b00D[A-Za-z0-9]{12,15}![A-Za-z0-9._]{50,400}"),  # org id, `!`, session token
     ("scalingo-token", r"\btk-us-[\w-]{48}"),
     ("octopus-key", r"\bAPI-[A-Z0-9]{26}\b"),
     ("perplexity-key", r"\bpplx-[A-Za-z0-9]{48}\b"),
@@ -905,6 +913,143 @@ _RARE_COMMANDS = _trigger(  # one scan for the rules of rare commands and forms,
 _NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|_pat\b|-pat\b")  # in every name `_name_strength` accepts
 
 
+# ---- credential-shaped tokens: no known prefix, no name ---------------------------------------------------------
+# A key of a vendor no rule knows still has a key's shape: a short lower-case prefix and a random body
+# (`tvly-…`, `pcsk_…`, `sk-or-v1-…`), or a random run of 24 to 100 letters of both cases and digits standing on its
+# own (a call's argument, a command's operand, a list item, a line of its own). Known safe shapes stay: ids with a
+# known prefix (`toolu_…`, `msg_…`, `cus_…`, `i-…`), hex digests and UUIDs, names and paths (long
+# word-like parts), hashes after their label (`sha256:`, `h1:`, `sha512-…`), base64 media and PEM or ssh key
+# bodies, lines of a wrapped base64 block; and a value with a name (`rookTable = …`, `"nonce": "…"`) is left to
+# the name rules, which judge the name.
+
+_TOKEN_RUN = re.compile(
+    r"(?<![A-Za-z0-9+/=_~.\\%-])(?P<value>[A-Za-z0-9][A-Za-z0-9+/_~.\\%-]{18,4000}[A-Za-z0-9]={0,2})(?![A-Za-z0-9+/=_~\\%-])"
+)
+_PREFIXED_TOKEN = re.compile(r"(?P<prefix>[a-z][a-z0-9]{1,11}(?:[_-][a-z0-9]{1,11}){0,2}[_-])(?P<body>[A-Za-z0-9][\w-]{18,250})")
+_ID_PREFIXES = frozenset(  # objects' ids, not credentials: Anthropic, OpenAI, Stripe, AWS, Clerk, and generic ones
+    "toolu srvtoolu msg msgbatch req request call run thread asst file batch org proj chatcmpl cmpl resp item ft "
+    "ftjob modr vs step cus pi ch evt acct prod price sub in ii txn src pm seti cs po tr re py ba card tok ic "
+    "i vol snap ami sg subnet vpc eni igw rtb nat acl eipalloc lt r sess session user usr id uid ref job build "
+    "commit sha md5 cache node pod deploy img image layer ws spec ulid".split()
+)
+_CREDENTIAL_PREFIX_PARTS = frozenset("sk rk key api apikey pat token tok secret pt pk pass pwd auth".split())
+_SEGMENT = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_RANDOM_SEGMENT_LONGEST = 3.0  # mean length of a token's case and digit runs: random ~1.5–2.5, names 4 and more
+_RANDOM_TOKEN_ENTROPY = 3.6  # bits per character: 24 random letters and digits have ~4.3
+_BARE_TOKEN_LENGTHS = (24, 100)
+_HASH_LABEL = re.compile(
+    r"(?i)(?:sha-?\d{0,3}|md5|h1|blake2[bs]?|xxh\d*|crc32|fingerprint|hash|digest|checksum|etag|integrity|nonce|salt)"
+    r"[\"']?[ \t]*[:=]?[ \t]*[\"']?$"
+)
+_NAMED_VALUE_BEFORE = re.compile(r"[\w\]\"'`.-][\"'`\]]?[ \t]*(?::{1,2}|=>?|:=|->)[ \t]*[\"'`]?[ \t]*$")
+_DATA_BASE64 = (  # base64 of images, fonts, PDFs, XML and JSON (`eyJ` is `{"`; a JWT has its own rule)
+    "iVBORw0KGgo", "R0lGOD", "PHN2Zy", "PD94bWwg", "d09GMg", "d09GRg", "UklGR", "AAAA", "Qk0", "SUkq", "JVBERi0", "eyJ",
+)
+_PLACEHOLDER_PREFIXES = frozenset("foo bar baz qux test dummy fake example sample my your demo".split())
+_TYPED_RUN = re.compile(
+    r"(?i)abcd|bcde|cdef|defg|efgh|fghi|ghij|hijk|ijkl|jklm|klmn|lmno|mnop|nopq|opqr|pqrs|qrst|rstu|stuv|tuvw|uvwx|vwxy|wxyz"
+    r"|0123|1234|2345|3456|4567|5678|6789"
+)
+_PLACEHOLDER_AT_END = re.compile(r"\[REDACTED:[a-z0-9-]+\]$")
+_PEM_BLOCK_LONGEST = 16_000  # a certificate or key block: the private key rule reads 12,000 characters
+_DATA_BEFORE = ("base64,", "ssh-rsa ", "ssh-ed25519 ", "$", "}", "@")  # media, ssh keys, `$6$salt$HASH`, `{SSHA}…`, `pkg@…`
+_PATH_WORD = re.compile(r"[a-z]{3,}|[A-Z][a-z]{2,}|\.{1,2}|~")
+_FILE_NAME = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,5}$")
+
+
+def _is_random_body(body: str) -> bool:
+    """Letters and digits as random as a key's: short case and digit runs, no typed-out alphabet or filler."""
+    alnum = body.replace("_", "").replace("-", "")
+    if len(alnum) < 20 or _is_filler(alnum) or _TYPED_RUN.search(alnum) or _VALUE_PLACEHOLDER.search(body):
+        return False  # a random key almost never has four letters or digits in a row (`…abcd123`)
+    if _HEX_OR_UUID.match(alnum):
+        return False
+    has_upper, has_lower = any(c.isupper() for c in alnum), any(c.islower() for c in alnum)
+    digits = sum(c.isdigit() for c in alnum)
+    if not digits or _entropy(alnum) < _RANDOM_TOKEN_ENTROPY:
+        return False
+    segments = _SEGMENT.findall(alnum)
+    if sum(map(len, segments)) / len(segments) > _RANDOM_SEGMENT_LONGEST:
+        return False
+    if has_upper and has_lower:
+        return True
+    switches = sum(1 for a, b in zip(alnum, alnum[1:]) if a.isdigit() != b.isdigit())
+    return len(alnum) >= 32 and switches >= 8  # base36 keys, not ULIDs
+
+
+def _is_prefixed_credential(m: re.Match[str]) -> bool:
+    """`tvly-dev-…`, `pcsk_…`, `sk-or-v1-<hex>`: a short lower-case prefix that is not an id's or a placeholder's,
+    then a random body (a hex body only after a credential-like prefix part: `sk`, `key`, `pat`…)."""
+    parts = re.split(r"[_-]", m.group("prefix").rstrip("_-"))
+    if parts[0] in _ID_PREFIXES or parts[0] in _PLACEHOLDER_PREFIXES:
+        return False
+    body = m.group("body")
+    if _HEX_OR_UUID.match(re.sub(r"[_-]", "", body)) or _HEX_OR_UUID.match(body):
+        return len(body) >= 32 and any(part in _CREDENTIAL_PREFIX_PARTS for part in parts)
+    return _is_random_body(body)
+
+
+def _stands_alone(text: str, start: int, end: int) -> bool:
+    """Not a named value, not a hash after its label, not base64 media, not inside a PEM block or a wrapped base64
+    block: the places where a random token is data rather than a credential."""
+    line_start = text.rfind("\n", 0, start) + 1
+    before = text[max(line_start, start - 80) : start]
+    if _NAMED_VALUE_BEFORE.search(before) or _HASH_LABEL.search(before) or before.endswith(_DATA_BEFORE):
+        return False
+    if _PLACEHOLDER_AT_END.search(before) or text.startswith("[REDACTED:", end):
+        return False  # the rest of a value another rule redacted: judged with it (keeps redaction idempotent)
+    begin = text.rfind("-----BEGIN", max(0, start - _PEM_BLOCK_LONGEST), start)
+    if begin != -1 and text.find("-----END", begin, start) == -1:
+        return False
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end == -1 else line_end
+    alone_on_line = not text[line_start:start].strip() and not text[end:line_end].strip()
+    return not (alone_on_line and _is_wrapped_base64_line(text, line_start, line_end))
+
+
+def _is_wrapped_base64_line(text: str, line_start: int, line_end: int) -> bool:
+    """The line between the offsets has a neighbour line of 40 or more token characters: a base64 block."""
+    previous = text[text.rfind("\n", 0, max(line_start - 1, 0)) + 1 : max(line_start - 1, 0)] if line_start else ""
+    next_end = text.find("\n", line_end + 1)
+    following = text[line_end + 1 : len(text) if next_end == -1 else next_end] if line_end < len(text) else ""
+    return any(len(line.strip()) >= 40 and _TOKEN_CHARS.fullmatch(line.strip()) for line in (previous, following))
+
+
+_WEBHOOK_SECRET_SHORTEST = 16
+
+
+def _is_webhook_secret(part: str) -> bool:
+    """A part of a webhook's path that is its secret: 16 or more letters and digits, both (not `deliveries`, an id)."""
+    return (
+        len(part) >= _WEBHOOK_SECRET_SHORTEST
+        and any(c.isdigit() for c in part)
+        and any(c.isalpha() for c in part)
+        and not _is_excluded_value(part)
+    )
+
+
+def _has_token_shape(value: str) -> bool:
+    """A prefixed key (`_is_prefixed_credential`), or 24 to 100 random letters of both cases and digits that are
+    not base64 media, a file name, a dotted name, a path or a version."""
+    if "\\" in value or "%" in value or value in _DOCUMENTED_EXAMPLES:
+        return False
+    if prefixed := _PREFIXED_TOKEN.fullmatch(value):
+        return _is_prefixed_credential(prefixed)
+    low, high = _BARE_TOKEN_LENGTHS
+    if not low <= len(value) <= high or value.startswith(_DATA_BASE64) or _FILE_NAME.search(value) or _DOTTED.fullmatch(value):
+        return False
+    if "/" in value and any(_PATH_WORD.fullmatch(part) for part in value.split("/")):
+        return False  # a path
+    if re.search(r"[._~+/-]", value.rstrip("=")) and not re.fullmatch(r"[A-Za-z0-9+/]+=*|[A-Za-z0-9_-]+", value):
+        return False  # dotted or mixed separators: a version, a host, a file name
+    body = value.rstrip("=")
+    return any(c.isupper() for c in body) and any(c.islower() for c in body) and _is_random_body(body)
+
+
+def _accept_shaped_token(m: re.Match[str]) -> bool:
+    return _has_token_shape(m.group("value")) and _stands_alone(m.string, m.start("value"), m.end("value"))
+
+
 _RULES: tuple[_Rule, ...] = (
     _Rule(
         KIND_PRIVATE_KEY,
@@ -946,9 +1091,17 @@ _RULES: tuple[_Rule, ...] = (
             r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<slack>[A-Za-z0-9/_-]{16,300})"
             r"|discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/(?P<discord>[\w-]{60,100})"
             r"|\.webhook\.office\.com/webhookb2/(?P<teams>[^\s\"'<>]{40,400})"
+            r"|\boutlook\.office(?:365)?\.com/webhook/(?P<teams_old>[^\s\"'<>]{40,400})"
         ),
-        ("slack", "discord", "teams"),
-        trigger=_trigger(r"hooks\.slack|discord|webhook\.office"),
+        ("slack", "discord", "teams", "teams_old"),
+        trigger=_trigger(r"hooks\.slack|discord|webhook\.office|outlook\.office"),
+    ),
+    _Rule(  # any other webhook URL: the path after `/hooks/` or `/webhooks/` when a part of it is as random as a key
+        KIND_WEBHOOK,
+        re.compile(r"://[^\s/\"'<>]{1,100}/(?:[^\s/\"'<>?#]{1,100}/){0,4}(?:web)?hooks/(?P<path>[^\s\"'<>?#]{16,400})"),
+        ("path",),
+        lambda m: any(_is_webhook_secret(part) for part in m.group("path").split("/")),
+        _trigger("hooks/"),
     ),
     _Rule(KIND_JWT, re.compile(r"\beyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,8192}"), trigger=_trigger("eyj")),
     _Rule(  # scheme://user:PASS@host keeps user and host
@@ -1277,6 +1430,7 @@ _RULES: tuple[_Rule, ...] = (
         _accept_assignment,
         _NAME_WORD,
     ),
+    _Rule(KIND_TOKEN, _TOKEN_RUN, ("value",), _accept_shaped_token),  # a key of a vendor no rule knows, by its shape
 )
 
 
