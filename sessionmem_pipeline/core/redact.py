@@ -63,7 +63,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "7"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "8"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -203,8 +203,8 @@ class SecretMatch:
 
 # ---- value judgements shared by the context rules --------------------------------------------------------------
 
-_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, $(cmd), %(x)s, %s, {{ var }}, {% %}, <%= %>, %VAR%
-    r"""^\$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\{%|<%|^%\w+%$"""
+_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, $(cmd), %(x)s, %s, {{ var }}, {% %}, <%= %>, %VAR%, Ruby's #{var}
+    r"""^\$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\{%|<%|^%\w+%$|#\{"""
 )
 _FORMAT_FIELD = re.compile(r"""\{[A-Za-z_][\w.\[\]'"]*\}""")  # `{name}` in a format string
 _BRACKET_PAIRS = {")": "(", "]": "[", "}": "{"}
@@ -218,6 +218,7 @@ _VALUE_PLACEHOLDER = re.compile(
     r"""|^replace[-_ ]?(?:me|this)"""  # REPLACE_ME is a blank to fill; `changeme` is a (weak) password
     r"""|^\[[A-Za-z][A-Za-z _-]{0,40}\]$"""  # `[PASSWORD]`: a bracketed blank, as in docs
     r"""|placeholder|redacted"""
+    r"""|^(?:@@|__|%%)[A-Za-z0-9_.-]{1,60}(?:@@|__|%%)$"""  # `@@DB_PASSWORD@@`: a deploy-time substitution
     r"""|(?<![A-Za-z0-9])(?:x{3,400}|X{3,400})(?![A-Za-z0-9])""",  # `rdme_XXXX_XXXX`, `xxxx.atlasv1.xxxx`
     re.IGNORECASE,
 )
@@ -683,7 +684,7 @@ def _accept_name_value_pair(m: re.Match[str]) -> bool:
 def _accept_docker_auth(m: re.Match[str]) -> bool:
     """A Docker config `"auth"` is base64 of `user:password`; other `auth` fields are left alone."""
     try:
-        decoded = base64.b64decode(m.group("value"), validate=True).decode("utf-8")
+        decoded = base64.b64decode(m.group("value") or m.group("npm"), validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
         return False
     user, _, password = decoded.partition(":")
@@ -691,6 +692,7 @@ def _accept_docker_auth(m: re.Match[str]) -> bool:
 
 
 _PROSE_SYMBOLS = frozenset("!@#$%^&*+=~?")
+_YAML_TAG = re.compile(r"![A-Za-z]+")  # `password: !secret db_password`
 
 
 def _accept_prose_password(m: re.Match[str]) -> bool:
@@ -699,7 +701,7 @@ def _accept_prose_password(m: re.Match[str]) -> bool:
 
 def _accept_prose_password_value(value: str) -> bool:
     """`the password is Kestrel-4471`: a value with letters and digits (or symbols), not a word like `required`."""
-    if _is_excluded_value(value) or "://" in value:
+    if _is_excluded_value(value) or "://" in value or _YAML_TAG.fullmatch(value):
         return False
     has_letter = any(c.isalpha() for c in value)
     return has_letter and (any(c.isdigit() for c in value) or any(c in _PROSE_SYMBOLS for c in value[:-1]))
@@ -776,6 +778,34 @@ def _is_yaml_literal(m: re.Match[str]) -> bool:
     return (not rest or rest.startswith("#")) and bool(_YAML_INDENT.fullmatch(text, newline_before + 1, m.start()))
 
 
+def _is_config_line(m: re.Match[str]) -> bool:
+    """`db.password=plumtree`, `password = lighthouse` at the start of a line, the value running to its end:
+    .properties, INI and gradle.properties, where a bare value is a literal (code assigns inside a block, indented,
+    or ends its statement with `;`)."""
+    if m.group("sep") not in ("=", ":") or m.group("kq"):
+        return False
+    text = m.string
+    line_start = text.rfind("\n", 0, m.start()) + 1
+    if line_start != m.start() or text.startswith(("self.", "this.", "cls."), m.start()):
+        return False
+    line_end = text.find("\n", m.end())
+    rest = text[m.end() : len(text) if line_end == -1 else line_end].strip()
+    if rest and not rest.startswith("#"):
+        return False
+    value = m.group("v_bare") or ""
+    return not ("_" in value and _IDENTIFIER.fullmatch(value))  # `auth_token = refresh_token_v2`: a variable
+
+
+def _is_url_parameter(m: re.Match[str]) -> bool:
+    """`?user=root&password=tamarind`, `;password=…;`: a query or connection-string parameter is a literal."""
+    return m.group("sep") == "=" and m.start() > 0 and m.string[m.start() - 1] in "?&;"
+
+
+def _is_yaml_tag(m: re.Match[str]) -> bool:
+    """`!secret db_password`, `!Ref DBPasswordParam`, `!vault |`: a YAML tag and what it applies to."""
+    return bool(_YAML_TAG.fullmatch(m.group("v_bare"))) and m.string[m.end() : m.end() + 2].strip(" \t")[:1] not in ("", "\n")
+
+
 def _inside_placeholder(text: str, position: int) -> bool:
     """`[REDACTED:openai-key]=…`: a placeholder's kind names no credential (else redacting twice differs)."""
     opened = text.rfind("[REDACTED:", max(0, position - 40), position)
@@ -799,7 +829,9 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         return False  # `Pass :meth:`, `input:TokenStream`, `token::Kind`: not a key-value pair
     if sep == "," and (group != "v_bare" or m.group("sp1") or m.group("sp2") or not _looks_random(value)):
         return False  # a CSV row `fooToken,<random>,` and nothing else: `f(token, other)`
-    env_style = _is_env_style(m)
+    if group == "v_bare" and _is_yaml_tag(m):
+        return False  # `password: !secret db_password`, `!Ref DBPassword`: a YAML tag naming where the value is
+    env_style = _is_env_style(m) or _is_config_line(m) or _is_url_parameter(m)
     if group == "v_bare" and not env_style:
         if value.isdigit() and len(value) < 6:
             return False  # ports, counts, lifetimes
@@ -1184,6 +1216,58 @@ _RULES: tuple[_Rule, ...] = (
         _accept_literal,
         _trigger("mysql"),
     ),
+    _Rule(  # ds.setPassword("PASS"), builder.password("PASS"), ->withApiKey('KEY'), conf.set_password('PASS')
+        KIND_PASSWORD,
+        re.compile(
+            r"(?:\.|->)(?:set|with)?_?(?P<name>[A-Za-z][A-Za-z0-9_]{0,60})[ \t]*\([ \t]*(?P<q>[\"'])(?P<value>[^\"'\n]{1,400})(?P=q)[ \t]*\)"
+        ),
+        ("value",),
+        _accept_named_value,
+        _NAME_WORD,
+    ),
+    _Rule(  # new PDO($dsn, 'user', 'PASS'), mysqli_connect("host", "user", "PASS"), DriverManager.getConnection(url, "user", "PASS")
+        KIND_PASSWORD,
+        re.compile(
+            r"\b(?:new[ \t]+(?:PDO|mysqli)|mysqli?_connect|getConnection)[ \t]*\([ \t]*[^,()\n]{1,200},[ \t]*"
+            r"[\"'][^\"'\n]{0,100}[\"'][ \t]*,[ \t]*[\"'](?P<value>[^\"'\n]{1,256})[\"']"
+        ),
+        ("value",),
+        _accept_literal,
+        _trigger("pdo|mysql|connection"),
+    ),
+    _Rule(  # Dockerfile's older form: ENV DB_PASSWORD PASS (the `ENV NAME=PASS` form is an assignment)
+        KIND_PASSWORD,
+        re.compile(r"(?m)^[ \t]*ENV[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]{0,80})[ \t]+(?P<value>[^\s=\"'][^\n]{0,400}?)[ \t]*$"),
+        ("value",),
+        lambda m: _name_strength(m.group("name")) == _STRONG and not _is_excluded_value(m.group("value")),
+        _NAME_WORD,
+    ),
+    _Rule(  # Gradle and Ruby DSLs: `password 'PASS'`, `token "KEY"` (a call without parentheses), alone on its line
+        KIND_PASSWORD,
+        re.compile(r"(?m)^[ \t]*(?P<name>[A-Za-z_][A-Za-z0-9_]{0,60})[ \t]+(?P<q>[\"'])(?P<value>[^\"'\n]{1,400})(?P=q)[ \t]*$"),
+        ("value",),
+        lambda m: _name_strength(m.group("name")) == _STRONG and _accept_named_value(m),
+        _NAME_WORD,
+    ),
+    _Rule(  # .netrc: machine HOST login USER password PASS (one line or several)
+        KIND_PASSWORD,
+        re.compile(r"\blogin[ \t]+[^\s]{1,100}\s+password[ \t]+(?P<value>[^\s]{1,256})"),
+        ("value",),
+        _accept_literal,
+        _trigger("login"),
+        lines=2,
+    ),
+    _Rule(  # htpasswd -b[c] FILE USER PASS, htpasswd -nb USER PASS
+        KIND_PASSWORD,
+        re.compile(
+            r"\bhtpasswd(?:[ \t]+-[a-zA-Z]{1,8})*?[ \t]+-(?P<flags>[a-zA-Z]{0,8}b[a-zA-Z]{0,8})(?:[ \t]+-[a-zA-Z]{1,8})*"
+            r"(?P<args>(?:[ \t]+[^\s\"'-][^\s\"']{0,256}){1,2})[ \t]+" + _SHELL_WORD
+        ),
+        ("dq", "sq", "bare"),
+        lambda m: len(m.group("args").split()) == (1 if "n" in m.group("flags") else 2)
+        and not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+        _trigger("htpasswd"),
+    ),
     _Rule(
         KIND_PASSWORD,
         re.compile(r"<(?P<name>[A-Za-z_][\w.-]{0,60})>(?P<value>[^<>\s]{1,400})</(?P=name)>"),
@@ -1252,12 +1336,12 @@ _RULES: tuple[_Rule, ...] = (
         _accept_literal,
         _trigger("auth"),
     ),
-    _Rule(  # a Docker config.json `"auth": "<base64 of user:password>"`
+    _Rule(  # a Docker config.json `"auth": "<base64 of user:password>"`; .npmrc's `_auth=<the same>`
         KIND_PASSWORD,
-        re.compile(r"\"auth\"[ \t]*:[ \t]*\"(?P<value>[A-Za-z0-9+/]{8,1024}={0,2})\""),
-        ("value",),
+        re.compile(r"\"auth\"[ \t]*:[ \t]*\"(?P<value>[A-Za-z0-9+/]{8,1024}={0,2})\"|(?<![\w-])_auth[ \t]*=[ \t]*(?P<npm>[A-Za-z0-9+/]{8,1024}={0,2})"),
+        ("value", "npm"),
         _accept_docker_auth,
-        _trigger('"auth"'),
+        _trigger('"auth"|_auth'),
     ),
     _Rule(  # a Twilio auth token after its account SID: Client("AC…", "TOKEN"), -u AC…:TOKEN, `twilio login AC… TOKEN`
         "twilio-key",
