@@ -224,7 +224,8 @@ _VALUE_PLACEHOLDER = re.compile(
 )
 _VALUE_WORD = re.compile(  # a word standing in for a value in an assignment; in a URL it may well be the password
     r"""^(?:example|value|dummy|none|null|nil|undefined|true|false|yes|no|on|off"""
-    r"""|password|passwd|pass|pwd|secret|token|key|api[-_]?key|string|str|optional|required|bool)$""",
+    r"""|password|passwd|pass|pwd|secret|token|key|api[-_]?key|string|str|optional|required|bool"""
+    r"""|test|testing|sample|foo|bar|baz|foobar)$""",
     re.IGNORECASE,
 )
 _VALUE_HASH = re.compile(  # a stored password hash: LDAP `{SSHA}…`, Django `pbkdf2_sha256$…`, Werkzeug `scrypt:…$`
@@ -268,16 +269,43 @@ def _is_filler(token: str) -> bool:
 
 
 def _is_alphabet(token: str) -> bool:
-    """`abcdefghijklmnopqrstuvwxyz0123456789`, `AIzaSyabcdef…`: a character-set constant or a typed-out filler,
-    half of it in ascending runs (`abcd`, `0123`) that a random token almost never has."""
-    in_runs = run = 0
-    for index, char in enumerate(token):
-        run = run + 1 if index and ord(char) == ord(token[index - 1]) + 1 else 1
-        if run == 4:
-            in_runs += 4
-        elif run > 4:
-            in_runs += 1
-    return len(token) >= 12 and in_runs * 2 >= len(token)
+    """`abcdefghijklmnopqrstuvwxyz0123456789`, `AIzaSyabcdef…`, `aBcDeF…`, `ZyXwVu…`, `1a2b3c4d…`, `qwertyuiop…`:
+    a character-set constant or a typed-out filler, half of it (or, interleaved, three quarters of its letters or
+    digits) in runs typed in order (`abcd`, `dcba`, `0123`, `qwer`) that a random token almost never has."""
+    if len(token) < 12:
+        return False
+    lowered = token.lower()
+    if _typed_share(lowered, loose=True) * 2 >= len(lowered):
+        return True
+    switches = sum(1 for a, b in zip(lowered, lowered[1:]) if a.isdigit() != b.isdigit())
+    if switches * 2 < len(lowered):
+        return False
+    letters = "".join(c for c in lowered if c.isalpha())
+    digits = "".join(c for c in lowered if c.isdigit())
+    return any(
+        len(part) >= 8 and _typed_share(part, loose=False) * 4 >= len(part) * 3
+        for part in (digits, letters if any(c > "f" for c in letters) else "")  # hex letters interleave by chance
+    )
+
+
+_KEYBOARD_NEXT = {a: b for row in ("qwertyuiop", "asdfghjkl", "zxcvbnm") for a, b in zip(row, row[1:])}
+
+
+def _typed_share(text: str, loose: bool) -> int:
+    """How many characters of `text` sit in runs of four or more typed in order: up the alphabet or the digits,
+    and if `loose`, also down them or along a keyboard row."""
+    steps = (1, -1) if loose else (1,)
+    in_runs, run, step = 0, 1, None
+    for previous, char in zip(text, text[1:]):
+        this_step = ord(char) - ord(previous)
+        if this_step not in steps:
+            if not loose or _KEYBOARD_NEXT.get(previous) != char:
+                run, step = 1, None
+                continue
+            this_step = 0  # along a keyboard row
+        run, step = (run + 1 if this_step == step else 2), this_step
+        in_runs += 4 if run == 4 else int(run > 4)
+    return in_runs
 
 
 def _has_balanced_brackets(value: str) -> bool:
@@ -572,6 +600,9 @@ def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
     token = m.group(0)
     if token in _DOCUMENTED_EXAMPLES or _is_filler(_SEPARATORS.sub("", token)) or _is_alphabet(token):
         return False  # `xoxp-XXXXXXXXXX-XXXXXXXXXX-…`: filler between separators
+    long_parts = [part for part in _SEPARATORS.split(token)[1:] if len(part) >= 4]
+    if long_parts and all(len(set(part)) == 1 for part in long_parts):
+        return False  # `xoxb-0000000000-0000000000000-aaaaaaaaaaaa`: each part one character repeated
     if _VALUE_PLACEHOLDER.search(token):
         return False  # `xoxb-your-bot-token`
     if kind == "vault-token" and token.startswith("s."):  # legacy `s.` tokens: not `s.AcceptanceTimeoutSeconds`
@@ -1114,7 +1145,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         KIND_OPENAI,
         re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,400}"),
-        accept=_has_letter_and_digit,
+        accept=lambda m: _has_letter_and_digit(m) and not _is_alphabet(m.group(0)[3:]) and not _VALUE_PLACEHOLDER.search(m.group(0)),
         trigger=_trigger("sk-"),
     ),
     _Rule(
