@@ -569,10 +569,22 @@ def _accept_authorization(m: re.Match[str]) -> bool:
 
 
 def _accept_flag(m: re.Match[str]) -> bool:
-    value = m.group("value")
-    if _name_strength(m.group("name")) != _STRONG or _is_excluded_value(value):
+    """`--token <key>`; under a password name any literal word (`--password juniper`: a shell word is a string),
+    but not the words of a sentence about the flag (`the --password flag`)."""
+    name, value = m.group("name"), m.group("value")
+    if _name_strength(name) != _STRONG or _is_excluded_value(value):
         return False
+    if _is_password_name(name) and value.lower() not in _WORDS_ABOUT_FLAGS:
+        line_start = m.string.rfind("\n", 0, m.start()) + 1
+        return not _OPTIONAL_PASSWORD_COMMAND.search(m.string, line_start, m.start())
     return not _looks_like_code(value, "") or _looks_random(value)
+
+
+_OPTIONAL_PASSWORD_COMMAND = re.compile(r"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b")  # `--password` alone prompts
+_WORDS_ABOUT_FLAGS = frozenset(
+    "flag flags option options argument arguments parameter parameters switch field prompt or and to is with when "
+    "if for instead only first here again then too".split()
+)
 
 
 def _accept_xml(m: re.Match[str]) -> bool:
@@ -832,6 +844,19 @@ def _is_url_parameter(m: re.Match[str]) -> bool:
     return m.group("sep") == "=" and m.start() > 0 and m.string[m.start() - 1] in "?&;"
 
 
+def _is_shell_word(m: re.Match[str]) -> bool:
+    """`--password=tamarind`, `psql "… password=heron …"`, `-e ansible_become_pass=heather`: a tight `name=value`
+    word of a command line, whose bare value is a string; a keyword argument (after `(` or `,`, or followed by
+    `,` `)` `(` `.`) is code."""
+    if m.group("sep") != "=" or m.group("sp1") or m.group("sp2") or m.group("kq") or not m.start():
+        return False
+    text = m.string
+    if text[m.start() - 1] not in " \t=-":
+        return False
+    before = text[max(0, m.start() - 200) : m.start()].rstrip(" \t=-\n")
+    return not before.endswith((",", "(")) and text[m.end() : m.end() + 1] not in (",", ")", "(", ".", "[")
+
+
 def _is_yaml_tag(m: re.Match[str]) -> bool:
     """`!secret db_password`, `!Ref DBPasswordParam`, `!vault |`: a YAML tag and what it applies to."""
     return bool(_YAML_TAG.fullmatch(m.group("v_bare"))) and m.string[m.end() : m.end() + 2].strip(" \t")[:1] not in ("", "\n")
@@ -862,7 +887,7 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         return False  # a CSV row `fooToken,<random>,` and nothing else: `f(token, other)`
     if group == "v_bare" and _is_yaml_tag(m):
         return False  # `password: !secret db_password`, `!Ref DBPassword`: a YAML tag naming where the value is
-    env_style = _is_env_style(m) or _is_config_line(m) or _is_url_parameter(m)
+    env_style = _is_env_style(m) or _is_config_line(m) or _is_url_parameter(m) or _is_shell_word(m)
     if group == "v_bare" and not env_style:
         if value.isdigit() and len(value) < 6:
             return False  # ports, counts, lifetimes
@@ -1279,6 +1304,17 @@ _RULES: tuple[_Rule, ...] = (
         ("value",),
         lambda m: _name_strength(m.group("name")) == _STRONG and _accept_named_value(m),
         _NAME_WORD,
+    ),
+    _Rule(  # redis-cli -a PASS, mongo -p PASS, sqlcmd -P PASS, rabbitmqctl add_user USER PASS, openssl -passout pass:PASS
+        KIND_PASSWORD,
+        re.compile(
+            r"(?:\bredis-cli\b[^\n|;&]{0,200}?[ \t]-a|\bmongo(?:sh|dump|restore|import|export)?\b[^\n|;&]{0,200}?[ \t]-p"
+            r"|\bsqlcmd\b[^\n|;&]{0,200}?[ \t]-P|\brabbitmqctl[ \t]+(?:add_user|change_password)[ \t]+[^\s\"']{1,100})[ \t]+"
+            + _SHELL_WORD + r"|[ \t]-pass(?:in|out)[ \t]+pass:(?P<openssl>[^\s\"']{1,256})"
+        ),
+        ("dq", "sq", "bare", "openssl"),
+        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare", "openssl")),
+        _trigger("redis-cli|mongo|sqlcmd|rabbitmqctl|pass:"),
     ),
     _Rule(  # .netrc: machine HOST login USER password PASS (one line or several)
         KIND_PASSWORD,
