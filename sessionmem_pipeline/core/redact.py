@@ -19,13 +19,20 @@ output are built from redacted text; collapsing and chunking do not redact again
   `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`, make's `API_TOKEN ?= "…"`, Go's
   `var apiToken string = "…"`, a YAML block or XML element holding it on the next line, a Kubernetes or ECS
   `name:`/`value:` pair, a Terraform variable's default, a table row `| API_KEY | … |`, a config line
-  `cloudant_password  …`, `gh secret set NAME --body …`, `echo … | gh secret set`), a password inside a URL
+  `cloudant_password  …`, `gh secret set NAME --body …`, `echo … | gh secret set`; a .properties, INI or
+  gradle.properties line `db.password=plumtree` at a line's start; a query or connection-string parameter
+  `?user=root&password=…`; a setter or builder call `ds.setPassword("…")`, `.withApiKey("…")`; `new PDO($dsn, 'u',
+  '…')`, `mysqli_connect`, `getConnection`; Dockerfile's `ENV NAME value`; a Gradle or Ruby DSL line `password '…'`;
+  XML `<Setting Name="ApiKey" Value="…"/>`, `<entry key="password">…</entry>`, `<Password value="…"/>`; a command
+  line's words: `--password juniper`, `psql "… password=heron"`, `-e ansible_become_pass=…`), a password inside a URL
   (`scheme://user:PASS@host`, user and host kept), an `Authorization:` header, `curl -u user:PASS` (quoted too),
   `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`,
   `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
   account SID, `X-…-Token:` headers, `PsExec … -p PASS`, `slcli … -k KEY`, token-taking logins (`cargo login`,
   `wandb login`, `ngrok config add-authtoken`, `snyk auth`, `doctl auth init -t`, `netlify --auth`), .NET
-  `NetworkCredential`/`DirectoryEntry` arguments, Vault's `Unseal Key 1:` output, ThingsBoard device URLs, a
+  `NetworkCredential`/`DirectoryEntry` arguments, `.netrc`'s `login … password …`, `htpasswd -b`, `redis-cli -a`,
+  `mongo -p`, `sqlcmd -P`, `rabbitmqctl add_user`, openssl's `pass:…`, .npmrc's `_auth` (base64 of user:password),
+  Vault's `Unseal Key 1:` output, ThingsBoard device URLs, a
   hex or UUID value under a `<vendor>_key` name (`zenkit_key = <32 hex>`), and a password or token written in
   prose (`the password is Kestrel-4471`, `log in with ops / PASS`, `the creds are app:PASS`, judged by the value:
   letters with digits or symbols; `the API token is fCh95aMw…`, `datadog: api_key 6459…`: as random as a key).
@@ -37,13 +44,16 @@ Context rules also look at the value, so code that only *handles* secrets stays 
 `password_hash = bcrypt.hash(pw)`, `"${DB_PASSWORD}"` (a template closes its brackets; `m{{h}o)p$` is a
 password), `<your-api-key>`, a stored hash (`{SSHA}…`, `pbkdf2_sha256$…`), a flag (`SavePassword=1`). Generic
 names (`cache_key`, `sort_key`) only count when the value looks random. Known blind spots, on purpose: a bare
-lowercase word assigned in code (`password = hunter`) reads as a variable, and a literal word `password` as an
-assigned value reads as a placeholder; in a URL's or `curl -u`'s password slot it is redacted, unless it equals
+lowercase word assigned in code (`    password = hunter`, indented, or a keyword argument) reads as a variable (at a
+line's start, as in .properties and INI files, it is a literal); a quoted word under a key or token name that is
+not a password name (`secret_key="wildflower"`) reads as a label; a literal word `password`, `test` or `foo` as an
+assigned value reads as a placeholder, and so does a YAML tag (`password: !secret db_password`); in a URL's or `curl -u`'s password slot it is redacted, unless it equals
 the user (`guest:guest`, a default); a hex value under a `*_key` name whose first word is short or says digest
 or id (`cl_key => <64 hex>`, `cache_key`, `tenant_key`) reads as a digest; a vendor's name alone (`cloudflare: "<hex>"`) does not name a credential.
 
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
-`npm_XXXX…`, `rdme_XXXX_XXXX`), typed-out alphabets (`AIzaSyabcdef…`, character-set constants), `<your-token>`.
+`npm_XXXX…`, `rdme_XXXX_XXXX`, `xoxb-0000…-aaaa…`), typed-out alphabets (`AIzaSyabcdef…`, `aBcDeF…`, `ZyXwVu…`,
+`1a2b3c4d…`, `qwertyuiop…`, character-set constants), `<your-token>`, `@@DB_PASSWORD@@`.
 Every pattern has bounded repetition, so a huge line costs linear time; and a huge text costs a few fast scans:
 provider tokens are searched one literal prefix at a time, and every context rule looks only at the lines holding
 its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message of prose redacts in about 3 s.
@@ -928,7 +938,9 @@ def _is_named_credential(name: str, value: str) -> bool:
 
 def _accept_named_value(m: re.Match[str]) -> bool:
     """`<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`: a name and its quoted value."""
-    name, value = m.group("name"), m.group("value")
+    groups = m.groupdict()
+    name = groups.get("name") or groups.get("entry_name") or groups.get("element")
+    value = groups.get("value") or groups.get("entry") or groups.get("element_value")
     strength = _name_strength(name)
     if strength == _NONE or _is_excluded_value(value) or _names_a_secret(value, name):
         return False
@@ -1239,13 +1251,16 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq")),
         _trigger("convertto-securestring"),
     ),
-    _Rule(  # <add key="ClearTextPassword" value="PASS" />, define('DB_PASSWORD', 'PASS'), setdefault("API_TOKEN", "…")
+    _Rule(  # <add key="ClearTextPassword" value="PASS" />, define('DB_PASSWORD', 'PASS'), setdefault("API_TOKEN", "…"),
+        # <Setting Name="ApiKey" Value="KEY"/>, <entry key="password">PASS</entry>, <Password value="PASS"/>
         KIND_PASSWORD,
         re.compile(
-            r"(?:\b(?:key|name)=|\([ \t]*)[\"'](?P<name>[A-Za-z_][\w.-]{0,80})[\"']"
-            r"(?:[ \t]+value=|[ \t]*,[ \t]*)[\"'](?P<value>[^\"'\n]{1,400})[\"']"
+            r"(?:\b(?:[Kk]ey|[Nn]ame)=|\([ \t]*)[\"'](?P<name>[A-Za-z_][\w.-]{0,80})[\"']"
+            r"(?:[ \t]+[Vv]alue=|[ \t]*,[ \t]*)[\"'](?P<value>[^\"'\n]{1,400})[\"']"
+            r"|\b[Kk]ey=[\"'](?P<entry_name>[A-Za-z_][\w.-]{0,80})[\"'][ \t]*>(?P<entry>[^<>\n]{1,400})</"
+            r"|<(?P<element>[A-Za-z_][\w.-]{0,80})[ \t]+[Vv]alue=[\"'](?P<element_value>[^\"'\n]{1,400})[\"']"
         ),
-        ("value",),
+        ("value", "entry", "element_value"),
         _accept_named_value,
         _NAME_WORD,
     ),
