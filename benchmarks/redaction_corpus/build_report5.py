@@ -20,16 +20,14 @@ a transcript redactor), then look-alikes drawn with a fixed seed from templates 
 from __future__ import annotations
 
 import ast
-import base64
 import random
 import re
-import subprocess
 import sys
-import uuid
 from pathlib import Path
 
-from build_report3 import as_entry, existing_clean_lines, existing_values, mark
-from build_report4 import git, kebab, placeholder
+from build_report3 import existing_values
+from build_report4 import Draw, Example, draw_lines, git, kebab, placeholder, write_half
+from build_report4 import secret_entries as report4_secret_entries
 
 OUT = Path(__file__).resolve().parent / "report5"
 VELES = "veles/secrets"
@@ -120,7 +118,7 @@ def credential_value(field: str, value: str) -> str | None:
     return value
 
 
-def veles_examples(git_dir: str) -> tuple[list[tuple[str, str, list[tuple[int, int]], str]], list[str]]:
+def veles_examples(git_dir: str) -> tuple[list[Example], list[str]]:
     """(kind, input, spans, path) per true-positive test case; inputs of negative cases as clean candidates."""
     examples, negatives = [], []
     paths = [p for p in git(git_dir, "ls-tree", "-r", "--name-only", "HEAD", VELES).splitlines() if p.endswith("_test.go")]
@@ -160,7 +158,7 @@ def veles_examples(git_dir: str) -> tuple[list[tuple[str, str, list[tuple[int, i
     return examples, negatives
 
 
-def trivy_examples(git_dir: str) -> tuple[list[tuple[str, str, list[tuple[int, int]], str]], list[str]]:
+def trivy_examples(git_dir: str) -> tuple[list[Example], list[str]]:
     """Each finding's masked `Match` lined up with the test files' lines: the masked runs are the secret."""
     tests = git(git_dir, "show", f"HEAD:{TRIVY_TESTS}/scanner_test.go")
     evaluator = GoExpression({})
@@ -221,48 +219,23 @@ def in_context(kind: str, value: str, index: int) -> str:
     )
 
 
-def secret_entries(examples: list[tuple[str, str, list[tuple[int, int]], str]], used_values: set[str]) -> tuple[list[str], dict[str, int]]:
+def secret_entries(examples: list[Example], used_values: set[str]) -> tuple[list[str], dict[str, int]]:
     """Per kind, a `## ---` header naming its sources, its examples, then its first distinct values in contexts."""
-    by_kind: dict[str, list[tuple[str, list[tuple[int, int]], str]]] = {}
-    for kind, text, spans, source in examples:
-        by_kind.setdefault(kind, []).append((text, spans, source))
-    lines: list[str] = []
-    kinds: dict[str, int] = {}
-    seen_texts: set[str] = set()
-    context_index = 0
-    for kind, items in sorted(by_kind.items()):
-        block, sources, values = [], [], []
-        for text, spans, source in items:
-            spans = [span for span in spans if text[span[0] : span[1]] not in used_values]
-            if not spans or text in seen_texts or "⟦" in text or "⟧" in text or not text.strip() or {"<<<", ">>>"} & set(text.splitlines()):
-                continue
-            seen_texts.add(text)
-            block.append(as_entry(mark(text, kind, spans)))
-            kinds[kind] = kinds.get(kind, 0) + len(spans)
-            sources.append(source)
-            values += [text[a:b] for a, b in spans if text[a:b] not in values and "\n" not in text[a:b]]
-        for value in values[:CONTEXT_VALUES]:
-            block.append(in_context(kind, value, context_index))
-            kinds[kind] += 1
-            context_index += 1
-        if block:
-            lines += ["", f"## --- {kind}  (sources: {', '.join(sorted(set(sources)))}; examples literal + contexts)", *block]
-    return lines, kinds
+    return report4_secret_entries(
+        examples,
+        used_values,
+        place=in_context,
+        chosen=lambda values: [value for value in values if "\n" not in value][:CONTEXT_VALUES],
+        skipped=lambda text: not text.strip() or bool({"<<<", ">>>"} & set(text.splitlines())),
+        note="examples literal + contexts",
+        sort_kinds=True,
+    )
 
 
 def drawn_lookalikes(rng: random.Random) -> list[str]:
     """Look-alikes drawn with a fixed seed from templates written for report5."""
-    def pick(alphabet: str, n: int) -> str:
-        return "".join(rng.choice(alphabet) for _ in range(n))
-
-    def hexs(n: int) -> str:
-        return pick("0123456789abcdef", n)
-
-    def uid() -> str:
-        return str(uuid.UUID(int=rng.getrandbits(128), version=4))
-
-    def b64(n: int) -> str:
-        return base64.b64encode(bytes(rng.getrandbits(8) for _ in range(n))).decode()
+    draw = Draw(rng)
+    hexs, uid, b64 = draw.hexs, draw.uid, draw.b64
 
     def env() -> str:
         return rng.choice(["STRIPE_SECRET_KEY", "GITHUB_TOKEN", "DB_PASSWORD", "OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SENDGRID_API_KEY", "NPM_TOKEN"])
@@ -319,7 +292,7 @@ def drawn_lookalikes(rng: random.Random) -> list[str]:
             "ARG NPM_TOKEN",
             "RUN --mount=type=secret,id=npm_token NPM_TOKEN=$(cat /run/secrets/npm_token) npm ci",
             "password_hash = bcrypt.hashpw(password.encode(), bcrypt.gensalt())",
-            "  secretKeyRef:\n",
+            "  secretKeyRef:",
             "keyring.set_password(\"sessionmem\", user, token)",
             "The token expired, so I ran `gh auth refresh` and the push went through.",
             "Stored the new key in the password manager and removed it from the shell history.",
@@ -338,17 +311,7 @@ def drawn_lookalikes(rng: random.Random) -> list[str]:
             lambda: f"amqp://rabbitmq.internal:5672/{rng.choice(['orders', 'billing', 'events'])}",
         ],
     }
-    lines: list[str] = []
-    for category, makers in groups.items():
-        lines.append(f"## --- drawn look-alikes: {category}")
-        drawn = [maker.rstrip("\n") for maker in makers if isinstance(maker, str)]
-        generated = [maker for maker in makers if not isinstance(maker, str)]
-        while generated and len(drawn) < max(len(makers) * 2, 20):
-            line = rng.choice(generated)()
-            if line not in drawn:
-                drawn.append(line)
-        lines += drawn
-    return lines
+    return draw_lines(rng, groups, per_template=2, least=20)
 
 
 def main(scalibr_dir: str, trivy_dir: str) -> None:
@@ -356,26 +319,19 @@ def main(scalibr_dir: str, trivy_dir: str) -> None:
     veles, veles_negatives = veles_examples(scalibr_dir)
     trivy, trivy_negatives = trivy_examples(trivy_dir)
     secrets, kinds = secret_entries(veles + trivy, existing_values(OUT.parent, "report5"))
-    header = (
-        "## REPORT5 half, secrets: built by build_report5.py from "
-        + ", ".join(f"{name}@{commit}" for name, commit in commits.items())
-        + f"\n## (both Apache-2.0). Never tuned on. {sum(kinds.values())} secrets, {len(kinds)} kinds."
+    write_half(
+        OUT,
+        commits,
+        "both Apache-2.0",
+        secrets,
+        kinds,
+        [
+            (f"osv-scalibr Veles negative test inputs holding no key-like token (osv-scalibr@{commits['google/osv-scalibr']})", veles_negatives),
+            (f"trivy secret test files' lines without a finding, holding no key-like token (trivy@{commits['aquasecurity/trivy']})", trivy_negatives),
+        ],
+        lambda line: not KEY_LIKE.search(line) and line not in {"<<<", ">>>"},
+        drawn_lookalikes(random.Random(5055)),
     )
-    OUT.mkdir(exist_ok=True)
-    (OUT / "secrets.txt").write_text(header + "\n" + "\n".join(secrets) + "\n", encoding="utf-8")
-    seen_elsewhere = existing_clean_lines(OUT.parent, "report5")
-    clean = ["## REPORT5 half, clean look-alikes: must come out of redact() unchanged. Never tuned on."]
-    for title, candidates in (
-        (f"osv-scalibr Veles negative test inputs holding no key-like token (osv-scalibr@{commits['google/osv-scalibr']})", veles_negatives),
-        (f"trivy secret test files' lines without a finding, holding no key-like token (trivy@{commits['aquasecurity/trivy']})", trivy_negatives),
-    ):
-        clean.append(f"## --- {title}")
-        for line in candidates:
-            if len(re.sub(r"\s", "", line)) >= 8 and not line.startswith("## ") and line not in clean and line not in seen_elsewhere and not KEY_LIKE.search(line) and line not in {"<<<", ">>>"}:
-                clean.append(line)
-    clean += [line for line in drawn_lookalikes(random.Random(5055)) if line not in seen_elsewhere]
-    (OUT / "clean.txt").write_text("\n".join(clean) + "\n", encoding="utf-8")
-    print(f"{sum(kinds.values())} secrets of {len(kinds)} kinds; {sum(1 for line in clean if not line.startswith('## '))} clean lines")
 
 
 if __name__ == "__main__":
