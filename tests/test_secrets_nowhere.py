@@ -40,8 +40,8 @@ SECRETS = [
     ("Use the key AKIAQ3EGRXLN7TZ2M4VW for the deploy bucket.", "AKIAQ3EGRXLN7TZ2M4VW"),
     ("My token is ghp_R8xKq2LmN4vB7cT1yZ9wE3uJ6pA0sD5fG2hK, keep it.", "R8xKq2LmN4vB7cT1yZ9wE3uJ6pA0sD5fG2hK"),
     ("export STRIPE_KEY=sk_live_51HcQz8KdL2mNp4Rs6Tv8Xw0Yb", "51HcQz8KdL2mNp4Rs6Tv8Xw0Yb"),
-    ("The bot posts with xoxb-1234567890123-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx now.",
-     "AbCdEfGhIjKlMnOpQrStUvWx"),
+    ("The bot posts with xoxb-4820193756102-3917264058193-KSZbowxMSrttNijfGGx9Etan now.",
+     "KSZbowxMSrttNijfGGx9Etan"),
     ("the password is Wombat!Quasar93 for prod", "Wombat!Quasar93"),
     ("psql postgres://admin:Hunter2Secretly@db.example.com/orders", "Hunter2Secretly"),
 ]

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from build_report3 import as_entry, existing_clean_lines, existing_values, is_placeholder, mark
@@ -210,8 +211,25 @@ def in_context(kind: str, value: str, index: int) -> str:
     return CONTEXTS[index % len(CONTEXTS)].format(name=kind.replace("-", " "), env=env, lower=env.lower(), value=f"⟦{kind}:{value}⟧")
 
 
-def secret_entries(examples: list[tuple[str, str, list[tuple[int, int]], str]], used_values: set[str]) -> tuple[list[str], dict[str, int]]:
-    """Per kind, a `## ---` header naming the sources, its examples, then one context entry for its first value."""
+Example = tuple[str, str, list[tuple[int, int]], str]  # kind, text, secret spans, source path
+
+
+def first_value_in_context(values: list[str]) -> list[str]:
+    """Report4 places a kind's first value in one context (unless it spans lines)."""
+    return values[:1] if values and "\n" not in values[0] else []
+
+
+def secret_entries(
+    examples: list[Example],
+    used_values: set[str],
+    place: Callable[[str, str, int], str] = in_context,
+    chosen: Callable[[list[str]], list[str]] = first_value_in_context,
+    skipped: Callable[[str], bool] = lambda text: text.strip() in ("<<<", ">>>"),
+    note: str = "examples literal + one context",
+    sort_kinds: bool = False,
+) -> tuple[list[str], dict[str, int]]:
+    """Per kind, a `## ---` header naming the sources, its examples, then the `chosen` of its distinct values
+    (in order) each `place`d in a transcript context."""
     by_kind: dict[str, list[tuple[str, list[tuple[int, int]], str]]] = {}
     for kind, text, spans, source in examples:
         by_kind.setdefault(kind, []).append((text, spans, source))
@@ -219,39 +237,65 @@ def secret_entries(examples: list[tuple[str, str, list[tuple[int, int]], str]], 
     kinds: dict[str, int] = {}
     seen_texts: set[str] = set()
     context_index = 0
-    for kind, items in by_kind.items():
-        block, sources, first_value = [], [], None
+    for kind, items in sorted(by_kind.items()) if sort_kinds else by_kind.items():
+        block, sources, values = [], [], []
         for text, spans, source in items:
             spans = [span for span in spans if text[span[0] : span[1]] not in used_values]
-            if not spans or text in seen_texts or "⟦" in text or "⟧" in text or text.strip() in ("<<<", ">>>"):
+            if not spans or text in seen_texts or "⟦" in text or "⟧" in text or skipped(text):
                 continue
             seen_texts.add(text)
             block.append(as_entry(mark(text, kind, spans)))
             kinds[kind] = kinds.get(kind, 0) + len(spans)
             sources.append(source)
-            first_value = first_value or text[spans[0][0] : spans[0][1]]
-        if first_value and "\n" not in first_value:
-            block.append(in_context(kind, first_value, context_index))
+            values += [text[a:b] for a, b in spans if text[a:b] not in values]
+        for value in chosen(values):
+            block.append(place(kind, value, context_index))
             kinds[kind] += 1
             context_index += 1
         if block:
-            lines += ["", f"## --- {kind}  (sources: {', '.join(sorted(set(sources)))}; examples literal + one context)", *block]
+            lines += ["", f"## --- {kind}  (sources: {', '.join(sorted(set(sources)))}; {note})", *block]
     return lines, kinds
+
+
+class Draw:
+    """Random values for look-alike templates, all from one seeded generator."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+
+    def pick(self, alphabet: str, n: int) -> str:
+        return "".join(self.rng.choice(alphabet) for _ in range(n))
+
+    def hexs(self, n: int) -> str:
+        return self.pick("0123456789abcdef", n)
+
+    def uid(self) -> str:
+        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+
+    def b64(self, n: int) -> str:
+        return base64.b64encode(bytes(self.rng.getrandbits(8) for _ in range(n))).decode()
+
+
+def draw_lines(rng: random.Random, groups: dict[str, list], per_template: int, least: int) -> list[str]:
+    """Per category, a `## ---` header, its fixed lines, then lines drawn from its templates (`per_template` a
+    template, at least `least` a category)."""
+    lines: list[str] = []
+    for category, makers in groups.items():
+        lines.append(f"## --- drawn look-alikes: {category}")
+        drawn = [maker for maker in makers if isinstance(maker, str)]
+        generated = [maker for maker in makers if not isinstance(maker, str)]
+        while generated and len(drawn) < max(len(makers) * per_template, least):
+            line = rng.choice(generated)()
+            if line not in drawn:
+                drawn.append(line)
+        lines += drawn
+    return lines
 
 
 def drawn_lookalikes(rng: random.Random) -> list[str]:
     """Look-alikes drawn with a fixed seed from templates written for report4."""
-    def pick(alphabet: str, n: int) -> str:
-        return "".join(rng.choice(alphabet) for _ in range(n))
-
-    def hexs(n: int) -> str:
-        return pick("0123456789abcdef", n)
-
-    def uid() -> str:
-        return str(uuid.UUID(int=rng.getrandbits(128), version=4))
-
-    def b64(n: int) -> str:
-        return base64.b64encode(bytes(rng.getrandbits(8) for _ in range(n))).decode()
+    draw = Draw(rng)
+    hexs, uid, b64 = draw.hexs, draw.uid, draw.b64
 
     def jpeg_base64(n: int) -> str:
         return base64.b64encode(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01" + bytes(rng.getrandbits(8) for _ in range(n))).decode()
@@ -324,17 +368,7 @@ def drawn_lookalikes(rng: random.Random) -> list[str]:
             "/var/run/secrets/kubernetes.io/serviceaccount/token",
         ],
     }
-    lines: list[str] = []
-    for category, makers in groups.items():
-        lines.append(f"## --- drawn look-alikes: {category}")
-        drawn = [maker for maker in makers if isinstance(maker, str)]
-        generated = [maker for maker in makers if not isinstance(maker, str)]
-        while generated and len(drawn) < max(len(makers) * 3, 16):
-            line = rng.choice(generated)()
-            if line not in drawn:
-                drawn.append(line)
-        lines += drawn
-    return lines
+    return draw_lines(rng, groups, per_template=3, least=16)
 
 
 def main(secretlint_dir: str, ripsecrets_dir: str, whispers_dir: str, whispers: str) -> None:
@@ -343,26 +377,51 @@ def main(secretlint_dir: str, ripsecrets_dir: str, whispers_dir: str, whispers: 
     rs_examples, rs_negatives = ripsecrets_examples(ripsecrets_dir)
     wh_examples, wh_negatives = whispers_examples(whispers_dir, whispers)
     secrets, kinds = secret_entries(sl_examples + rs_examples + wh_examples, existing_values(OUT.parent, "report4"))
-    header = (
-        "## REPORT4 half, secrets: built by build_report4.py from "
-        + ", ".join(f"{name}@{commit}" for name, commit in commits.items())
-        + f"\n## (MIT, MIT, Apache-2.0). Never tuned on. {sum(kinds.values())} secrets, {len(kinds)} kinds."
+    write_half(
+        OUT,
+        commits,
+        "MIT, MIT, Apache-2.0",
+        secrets,
+        kinds,
+        [
+            (f"secretlint negative examples holding no credential (secretlint@{commits['secretlint/secretlint']} ok snapshots)", sl_negatives),
+            (f"ripsecrets negative examples holding no credential (ripsecrets@{commits['sirwart/ripsecrets']} test/none)", rs_negatives),
+            (f"whispers compliant fixtures holding no credential (whispers@{commits['Skyscanner/whispers']})", wh_negatives),
+        ],
+        lambda line: not NEGATIVE_LINES_LEFT_OUT.search(line),
+        drawn_lookalikes(random.Random(4044)),
     )
-    OUT.mkdir(exist_ok=True)
-    (OUT / "secrets.txt").write_text(header + "\n" + "\n".join(secrets) + "\n", encoding="utf-8")
-    seen_elsewhere = existing_clean_lines(OUT.parent, "report4")
-    clean = ["## REPORT4 half, clean look-alikes: must come out of redact() unchanged. Never tuned on."]
-    for title, candidates in (
-        (f"secretlint negative examples holding no credential (secretlint@{commits['secretlint/secretlint']} ok snapshots)", sl_negatives),
-        (f"ripsecrets negative examples holding no credential (ripsecrets@{commits['sirwart/ripsecrets']} test/none)", rs_negatives),
-        (f"whispers compliant fixtures holding no credential (whispers@{commits['Skyscanner/whispers']})", wh_negatives),
-    ):
+
+
+def write_half(
+    out: Path,
+    commits: dict[str, str],
+    licences: str,
+    secrets: list[str],
+    kinds: dict[str, int],
+    negatives: list[tuple[str, list[str]]],
+    keep: Callable[[str], bool],
+    lookalikes: list[str],
+) -> None:
+    """Write a report half: its secrets under a header naming the sources, then its clean lines (each source's
+    candidates of 8 or more visible characters that `keep` keeps, then the look-alikes), none repeating a line of
+    another folder."""
+    header = (
+        f"## {out.name.upper()} half, secrets: built by build_{out.name}.py from "
+        + ", ".join(f"{name}@{commit}" for name, commit in commits.items())
+        + f"\n## ({licences}). Never tuned on. {sum(kinds.values())} secrets, {len(kinds)} kinds."
+    )
+    out.mkdir(exist_ok=True)
+    (out / "secrets.txt").write_text(header + "\n" + "\n".join(secrets) + "\n", encoding="utf-8")
+    seen_elsewhere = existing_clean_lines(out.parent, out.name)
+    clean = [f"## {out.name.upper()} half, clean look-alikes: must come out of redact() unchanged. Never tuned on."]
+    for title, candidates in negatives:
         clean.append(f"## --- {title}")
         for line in candidates:
-            if len(re.sub(r"\s", "", line)) >= 8 and not line.startswith("## ") and line not in clean and line not in seen_elsewhere and not NEGATIVE_LINES_LEFT_OUT.search(line):
+            if len(re.sub(r"\s", "", line)) >= 8 and not line.startswith("## ") and line not in clean and line not in seen_elsewhere and keep(line):
                 clean.append(line)
-    clean += [line for line in drawn_lookalikes(random.Random(4044)) if line not in seen_elsewhere]
-    (OUT / "clean.txt").write_text("\n".join(clean) + "\n", encoding="utf-8")
+    clean += [line for line in lookalikes if line not in seen_elsewhere]
+    (out / "clean.txt").write_text("\n".join(clean) + "\n", encoding="utf-8")
     print(f"{sum(kinds.values())} secrets of {len(kinds)} kinds; {sum(1 for line in clean if not line.startswith('## '))} clean lines")
 
 

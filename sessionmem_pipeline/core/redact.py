@@ -19,13 +19,20 @@ output are built from redacted text; collapsing and chunking do not redact again
   `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`, make's `API_TOKEN ?= "…"`, Go's
   `var apiToken string = "…"`, a YAML block or XML element holding it on the next line, a Kubernetes or ECS
   `name:`/`value:` pair, a Terraform variable's default, a table row `| API_KEY | … |`, a config line
-  `cloudant_password  …`, `gh secret set NAME --body …`, `echo … | gh secret set`), a password inside a URL
+  `cloudant_password  …`, `gh secret set NAME --body …`, `echo … | gh secret set`; a .properties, INI or
+  gradle.properties line `db.password=plumtree` at a line's start; a query or connection-string parameter
+  `?user=root&password=…`; a setter or builder call `ds.setPassword("…")`, `.withApiKey("…")`; `new PDO($dsn, 'u',
+  '…')`, `mysqli_connect`, `getConnection`; Dockerfile's `ENV NAME value`; a Gradle or Ruby DSL line `password '…'`;
+  XML `<Setting Name="ApiKey" Value="…"/>`, `<entry key="password">…</entry>`, `<Password value="…"/>`; a command
+  line's words: `--password juniper`, `psql "… password=heron"`, `-e ansible_become_pass=…`), a password inside a URL
   (`scheme://user:PASS@host`, user and host kept), an `Authorization:` header, `curl -u user:PASS` (quoted too),
   `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`,
   `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
   account SID, `X-…-Token:` headers, `PsExec … -p PASS`, `slcli … -k KEY`, token-taking logins (`cargo login`,
   `wandb login`, `ngrok config add-authtoken`, `snyk auth`, `doctl auth init -t`, `netlify --auth`), .NET
-  `NetworkCredential`/`DirectoryEntry` arguments, Vault's `Unseal Key 1:` output, ThingsBoard device URLs, a
+  `NetworkCredential`/`DirectoryEntry` arguments, `.netrc`'s `login … password …`, `htpasswd -b`, `redis-cli -a`,
+  `mongo -p`, `sqlcmd -P`, `rabbitmqctl add_user`, openssl's `pass:…`, .npmrc's `_auth` (base64 of user:password),
+  Vault's `Unseal Key 1:` output, ThingsBoard device URLs, a
   hex or UUID value under a `<vendor>_key` name (`zenkit_key = <32 hex>`), and a password or token written in
   prose (`the password is Kestrel-4471`, `log in with ops / PASS`, `the creds are app:PASS`, judged by the value:
   letters with digits or symbols; `the API token is fCh95aMw…`, `datadog: api_key 6459…`: as random as a key).
@@ -37,13 +44,16 @@ Context rules also look at the value, so code that only *handles* secrets stays 
 `password_hash = bcrypt.hash(pw)`, `"${DB_PASSWORD}"` (a template closes its brackets; `m{{h}o)p$` is a
 password), `<your-api-key>`, a stored hash (`{SSHA}…`, `pbkdf2_sha256$…`), a flag (`SavePassword=1`). Generic
 names (`cache_key`, `sort_key`) only count when the value looks random. Known blind spots, on purpose: a bare
-lowercase word assigned in code (`password = hunter`) reads as a variable, and a literal word `password` as an
-assigned value reads as a placeholder; in a URL's or `curl -u`'s password slot it is redacted, unless it equals
+lowercase word assigned in code (`    password = hunter`, indented, or a keyword argument) reads as a variable (at a
+line's start, as in .properties and INI files, it is a literal); a quoted word under a key or token name that is
+not a password name (`secret_key="wildflower"`) reads as a label; a literal word `password`, `test` or `foo` as an
+assigned value reads as a placeholder, and so does a YAML tag (`password: !secret db_password`); in a URL's or `curl -u`'s password slot it is redacted, unless it equals
 the user (`guest:guest`, a default); a hex value under a `*_key` name whose first word is short or says digest
 or id (`cl_key => <64 hex>`, `cache_key`, `tenant_key`) reads as a digest; a vendor's name alone (`cloudflare: "<hex>"`) does not name a credential.
 
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
-`npm_XXXX…`, `rdme_XXXX_XXXX`), typed-out alphabets (`AIzaSyabcdef…`, character-set constants), `<your-token>`.
+`npm_XXXX…`, `rdme_XXXX_XXXX`, `xoxb-0000…-aaaa…`), typed-out alphabets (`AIzaSyabcdef…`, `aBcDeF…`, `ZyXwVu…`,
+`1a2b3c4d…`, `qwertyuiop…`, character-set constants), `<your-token>`, `@@DB_PASSWORD@@`.
 Every pattern has bounded repetition, so a huge line costs linear time; and a huge text costs a few fast scans:
 provider tokens are searched one literal prefix at a time, and every context rule looks only at the lines holding
 its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message of prose redacts in about 3 s.
@@ -63,7 +73,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "7"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "8"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -203,8 +213,8 @@ class SecretMatch:
 
 # ---- value judgements shared by the context rules --------------------------------------------------------------
 
-_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, $(cmd), %(x)s, %s, {{ var }}, {% %}, <%= %>, %VAR%
-    r"""^\$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\{%|<%|^%\w+%$"""
+_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, $(cmd), %(x)s, %s, {{ var }}, {% %}, <%= %>, %VAR%, Ruby's #{var}
+    r"""^\$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\{%|<%|^%\w+%$|#\{"""
 )
 _FORMAT_FIELD = re.compile(r"""\{[A-Za-z_][\w.\[\]'"]*\}""")  # `{name}` in a format string
 _BRACKET_PAIRS = {")": "(", "]": "[", "}": "{"}
@@ -218,12 +228,14 @@ _VALUE_PLACEHOLDER = re.compile(
     r"""|^replace[-_ ]?(?:me|this)"""  # REPLACE_ME is a blank to fill; `changeme` is a (weak) password
     r"""|^\[[A-Za-z][A-Za-z _-]{0,40}\]$"""  # `[PASSWORD]`: a bracketed blank, as in docs
     r"""|placeholder|redacted"""
+    r"""|^(?:@@|__|%%)[A-Za-z0-9_.-]{1,60}(?:@@|__|%%)$"""  # `@@DB_PASSWORD@@`: a deploy-time substitution
     r"""|(?<![A-Za-z0-9])(?:x{3,400}|X{3,400})(?![A-Za-z0-9])""",  # `rdme_XXXX_XXXX`, `xxxx.atlasv1.xxxx`
     re.IGNORECASE,
 )
 _VALUE_WORD = re.compile(  # a word standing in for a value in an assignment; in a URL it may well be the password
     r"""^(?:example|value|dummy|none|null|nil|undefined|true|false|yes|no|on|off"""
-    r"""|password|passwd|pass|pwd|secret|token|key|api[-_]?key|string|str|optional|required|bool)$""",
+    r"""|password|passwd|pass|pwd|secret|token|key|api[-_]?key|string|str|optional|required|bool"""
+    r"""|test|testing|sample|foo|bar|baz|foobar)$""",
     re.IGNORECASE,
 )
 _VALUE_HASH = re.compile(  # a stored password hash: LDAP `{SSHA}…`, Django `pbkdf2_sha256$…`, Werkzeug `scrypt:…$`
@@ -267,16 +279,43 @@ def _is_filler(token: str) -> bool:
 
 
 def _is_alphabet(token: str) -> bool:
-    """`abcdefghijklmnopqrstuvwxyz0123456789`, `AIzaSyabcdef…`: a character-set constant or a typed-out filler,
-    half of it in ascending runs (`abcd`, `0123`) that a random token almost never has."""
-    in_runs = run = 0
-    for index, char in enumerate(token):
-        run = run + 1 if index and ord(char) == ord(token[index - 1]) + 1 else 1
-        if run == 4:
-            in_runs += 4
-        elif run > 4:
-            in_runs += 1
-    return len(token) >= 12 and in_runs * 2 >= len(token)
+    """`abcdefghijklmnopqrstuvwxyz0123456789`, `AIzaSyabcdef…`, `aBcDeF…`, `ZyXwVu…`, `1a2b3c4d…`, `qwertyuiop…`:
+    a character-set constant or a typed-out filler, half of it (or, interleaved, three quarters of its letters or
+    digits) in runs typed in order (`abcd`, `dcba`, `0123`, `qwer`) that a random token almost never has."""
+    if len(token) < 12:
+        return False
+    lowered = token.lower()
+    if _typed_share(lowered, loose=True) * 2 >= len(lowered):
+        return True
+    switches = sum(1 for a, b in zip(lowered, lowered[1:]) if a.isdigit() != b.isdigit())
+    if switches * 2 < len(lowered):
+        return False
+    letters = "".join(c for c in lowered if c.isalpha())
+    digits = "".join(c for c in lowered if c.isdigit())
+    return any(
+        len(part) >= 8 and _typed_share(part, loose=False) * 4 >= len(part) * 3
+        for part in (digits, letters if any(c > "f" for c in letters) else "")  # hex letters interleave by chance
+    )
+
+
+_KEYBOARD_NEXT = {a: b for row in ("qwertyuiop", "asdfghjkl", "zxcvbnm") for a, b in zip(row, row[1:])}
+
+
+def _typed_share(text: str, loose: bool) -> int:
+    """How many characters of `text` sit in runs of four or more typed in order: up the alphabet or the digits,
+    and if `loose`, also down them or along a keyboard row."""
+    steps = (1, -1) if loose else (1,)
+    in_runs, run, step = 0, 1, None
+    for previous, char in zip(text, text[1:]):
+        this_step = ord(char) - ord(previous)
+        if this_step not in steps:
+            if not loose or _KEYBOARD_NEXT.get(previous) != char:
+                run, step = 1, None
+                continue
+            this_step = 0  # along a keyboard row
+        run, step = (run + 1 if this_step == step else 2), this_step
+        in_runs += 4 if run == 4 else int(run > 4)
+    return in_runs
 
 
 def _has_balanced_brackets(value: str) -> bool:
@@ -540,10 +579,22 @@ def _accept_authorization(m: re.Match[str]) -> bool:
 
 
 def _accept_flag(m: re.Match[str]) -> bool:
-    value = m.group("value")
-    if _name_strength(m.group("name")) != _STRONG or _is_excluded_value(value):
+    """`--token <key>`; under a password name any literal word (`--password juniper`: a shell word is a string),
+    but not the words of a sentence about the flag (`the --password flag`)."""
+    name, value = m.group("name"), m.group("value")
+    if _name_strength(name) != _STRONG or _is_excluded_value(value):
         return False
+    if _is_password_name(name) and value.lower() not in _WORDS_ABOUT_FLAGS:
+        line_start = m.string.rfind("\n", 0, m.start()) + 1
+        return not _OPTIONAL_PASSWORD_COMMAND.search(m.string, line_start, m.start())
     return not _looks_like_code(value, "") or _looks_random(value)
+
+
+_OPTIONAL_PASSWORD_COMMAND = re.compile(r"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b")  # `--password` alone prompts
+_WORDS_ABOUT_FLAGS = frozenset(
+    "flag flags option options argument arguments parameter parameters switch field prompt or and to is with when "
+    "if for instead only first here again then too".split()
+)
 
 
 def _accept_xml(m: re.Match[str]) -> bool:
@@ -571,6 +622,9 @@ def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
     token = m.group(0)
     if token in _DOCUMENTED_EXAMPLES or _is_filler(_SEPARATORS.sub("", token)) or _is_alphabet(token):
         return False  # `xoxp-XXXXXXXXXX-XXXXXXXXXX-…`: filler between separators
+    long_parts = [part for part in _SEPARATORS.split(token)[1:] if len(part) >= 4]
+    if long_parts and all(len(set(part)) == 1 for part in long_parts):
+        return False  # `xoxb-0000000000-0000000000000-aaaaaaaaaaaa`: each part one character repeated
     if _VALUE_PLACEHOLDER.search(token):
         return False  # `xoxb-your-bot-token`
     if kind == "vault-token" and token.startswith("s."):  # legacy `s.` tokens: not `s.AcceptanceTimeoutSeconds`
@@ -683,7 +737,7 @@ def _accept_name_value_pair(m: re.Match[str]) -> bool:
 def _accept_docker_auth(m: re.Match[str]) -> bool:
     """A Docker config `"auth"` is base64 of `user:password`; other `auth` fields are left alone."""
     try:
-        decoded = base64.b64decode(m.group("value"), validate=True).decode("utf-8")
+        decoded = base64.b64decode(m.group("value") or m.group("npm"), validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
         return False
     user, _, password = decoded.partition(":")
@@ -691,6 +745,7 @@ def _accept_docker_auth(m: re.Match[str]) -> bool:
 
 
 _PROSE_SYMBOLS = frozenset("!@#$%^&*+=~?")
+_YAML_TAG = re.compile(r"![A-Za-z]+")  # `password: !secret db_password`
 
 
 def _accept_prose_password(m: re.Match[str]) -> bool:
@@ -699,7 +754,7 @@ def _accept_prose_password(m: re.Match[str]) -> bool:
 
 def _accept_prose_password_value(value: str) -> bool:
     """`the password is Kestrel-4471`: a value with letters and digits (or symbols), not a word like `required`."""
-    if _is_excluded_value(value) or "://" in value:
+    if _is_excluded_value(value) or "://" in value or _YAML_TAG.fullmatch(value):
         return False
     has_letter = any(c.isalpha() for c in value)
     return has_letter and (any(c.isdigit() for c in value) or any(c in _PROSE_SYMBOLS for c in value[:-1]))
@@ -776,6 +831,47 @@ def _is_yaml_literal(m: re.Match[str]) -> bool:
     return (not rest or rest.startswith("#")) and bool(_YAML_INDENT.fullmatch(text, newline_before + 1, m.start()))
 
 
+def _is_config_line(m: re.Match[str]) -> bool:
+    """`db.password=plumtree`, `password = lighthouse` at the start of a line, the value running to its end:
+    .properties, INI and gradle.properties, where a bare value is a literal (code assigns inside a block, indented,
+    or ends its statement with `;`)."""
+    if m.group("sep") not in ("=", ":") or m.group("kq"):
+        return False
+    text = m.string
+    line_start = text.rfind("\n", 0, m.start()) + 1
+    if line_start != m.start() or text.startswith(("self.", "this.", "cls."), m.start()):
+        return False
+    line_end = text.find("\n", m.end())
+    rest = text[m.end() : len(text) if line_end == -1 else line_end].strip()
+    if rest and not rest.startswith("#"):
+        return False
+    value = m.group("v_bare") or ""
+    return not ("_" in value and _IDENTIFIER.fullmatch(value))  # `auth_token = refresh_token_v2`: a variable
+
+
+def _is_url_parameter(m: re.Match[str]) -> bool:
+    """`?user=root&password=tamarind`, `;password=…;`: a query or connection-string parameter is a literal."""
+    return m.group("sep") == "=" and m.start() > 0 and m.string[m.start() - 1] in "?&;"
+
+
+def _is_shell_word(m: re.Match[str]) -> bool:
+    """`--password=tamarind`, `psql "… password=heron …"`, `-e ansible_become_pass=heather`: a tight `name=value`
+    word of a command line, whose bare value is a string; a keyword argument (after `(` or `,`, or followed by
+    `,` `)` `(` `.`) is code."""
+    if m.group("sep") != "=" or m.group("sp1") or m.group("sp2") or m.group("kq") or not m.start():
+        return False
+    text = m.string
+    if text[m.start() - 1] not in " \t=-":
+        return False
+    before = text[max(0, m.start() - 200) : m.start()].rstrip(" \t=-\n")
+    return not before.endswith((",", "(")) and text[m.end() : m.end() + 1] not in (",", ")", "(", ".", "[")
+
+
+def _is_yaml_tag(m: re.Match[str]) -> bool:
+    """`!secret db_password`, `!Ref DBPasswordParam`, `!vault |`: a YAML tag and what it applies to."""
+    return bool(_YAML_TAG.fullmatch(m.group("v_bare"))) and m.string[m.end() : m.end() + 2].strip(" \t")[:1] not in ("", "\n")
+
+
 def _inside_placeholder(text: str, position: int) -> bool:
     """`[REDACTED:openai-key]=…`: a placeholder's kind names no credential (else redacting twice differs)."""
     opened = text.rfind("[REDACTED:", max(0, position - 40), position)
@@ -799,7 +895,9 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         return False  # `Pass :meth:`, `input:TokenStream`, `token::Kind`: not a key-value pair
     if sep == "," and (group != "v_bare" or m.group("sp1") or m.group("sp2") or not _looks_random(value)):
         return False  # a CSV row `fooToken,<random>,` and nothing else: `f(token, other)`
-    env_style = _is_env_style(m)
+    if group == "v_bare" and _is_yaml_tag(m):
+        return False  # `password: !secret db_password`, `!Ref DBPassword`: a YAML tag naming where the value is
+    env_style = _is_env_style(m) or _is_config_line(m) or _is_url_parameter(m) or _is_shell_word(m)
     if group == "v_bare" and not env_style:
         if value.isdigit() and len(value) < 6:
             return False  # ports, counts, lifetimes
@@ -840,7 +938,9 @@ def _is_named_credential(name: str, value: str) -> bool:
 
 def _accept_named_value(m: re.Match[str]) -> bool:
     """`<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`: a name and its quoted value."""
-    name, value = m.group("name"), m.group("value")
+    groups = m.groupdict()
+    name = groups.get("name") or groups.get("entry_name") or groups.get("element")
+    value = groups.get("value") or groups.get("entry") or groups.get("element_value")
     strength = _name_strength(name)
     if strength == _NONE or _is_excluded_value(value) or _names_a_secret(value, name):
         return False
@@ -1082,7 +1182,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         KIND_OPENAI,
         re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,400}"),
-        accept=_has_letter_and_digit,
+        accept=lambda m: _has_letter_and_digit(m) and not _is_alphabet(m.group(0)[3:]) and not _VALUE_PLACEHOLDER.search(m.group(0)),
         trigger=_trigger("sk-"),
     ),
     _Rule(
@@ -1151,13 +1251,16 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq")),
         _trigger("convertto-securestring"),
     ),
-    _Rule(  # <add key="ClearTextPassword" value="PASS" />, define('DB_PASSWORD', 'PASS'), setdefault("API_TOKEN", "…")
+    _Rule(  # <add key="ClearTextPassword" value="PASS" />, define('DB_PASSWORD', 'PASS'), setdefault("API_TOKEN", "…"),
+        # <Setting Name="ApiKey" Value="KEY"/>, <entry key="password">PASS</entry>, <Password value="PASS"/>
         KIND_PASSWORD,
         re.compile(
-            r"(?:\b(?:key|name)=|\([ \t]*)[\"'](?P<name>[A-Za-z_][\w.-]{0,80})[\"']"
-            r"(?:[ \t]+value=|[ \t]*,[ \t]*)[\"'](?P<value>[^\"'\n]{1,400})[\"']"
+            r"(?:\b(?:[Kk]ey|[Nn]ame)=|\([ \t]*)[\"'](?P<name>[A-Za-z_][\w.-]{0,80})[\"']"
+            r"(?:[ \t]+[Vv]alue=|[ \t]*,[ \t]*)[\"'](?P<value>[^\"'\n]{1,400})[\"']"
+            r"|\b[Kk]ey=[\"'](?P<entry_name>[A-Za-z_][\w.-]{0,80})[\"'][ \t]*>(?P<entry>[^<>\n]{1,400})</"
+            r"|<(?P<element>[A-Za-z_][\w.-]{0,80})[ \t]+[Vv]alue=[\"'](?P<element_value>[^\"'\n]{1,400})[\"']"
         ),
-        ("value",),
+        ("value", "entry", "element_value"),
         _accept_named_value,
         _NAME_WORD,
     ),
@@ -1183,6 +1286,69 @@ _RULES: tuple[_Rule, ...] = (
         ("value",),
         _accept_literal,
         _trigger("mysql"),
+    ),
+    _Rule(  # ds.setPassword("PASS"), builder.password("PASS"), ->withApiKey('KEY'), conf.set_password('PASS')
+        KIND_PASSWORD,
+        re.compile(
+            r"(?:\.|->)(?:set|with)?_?(?P<name>[A-Za-z][A-Za-z0-9_]{0,60})[ \t]*\([ \t]*(?P<q>[\"'])(?P<value>[^\"'\n]{1,400})(?P=q)[ \t]*\)"
+        ),
+        ("value",),
+        _accept_named_value,
+        _NAME_WORD,
+    ),
+    _Rule(  # new PDO($dsn, 'user', 'PASS'), mysqli_connect("host", "user", "PASS"), DriverManager.getConnection(url, "user", "PASS")
+        KIND_PASSWORD,
+        re.compile(
+            r"\b(?:new[ \t]+(?:PDO|mysqli)|mysqli?_connect|getConnection)[ \t]*\([ \t]*[^,()\n]{1,200},[ \t]*"
+            r"[\"'][^\"'\n]{0,100}[\"'][ \t]*,[ \t]*[\"'](?P<value>[^\"'\n]{1,256})[\"']"
+        ),
+        ("value",),
+        _accept_literal,
+        _trigger("pdo|mysql|connection"),
+    ),
+    _Rule(  # Dockerfile's older form: ENV DB_PASSWORD PASS (the `ENV NAME=PASS` form is an assignment)
+        KIND_PASSWORD,
+        re.compile(r"(?m)^[ \t]*ENV[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]{0,80})[ \t]+(?P<value>[^\s=\"'][^\n]{0,400}?)[ \t]*$"),
+        ("value",),
+        lambda m: _name_strength(m.group("name")) == _STRONG and not _is_excluded_value(m.group("value")),
+        _NAME_WORD,
+    ),
+    _Rule(  # Gradle and Ruby DSLs: `password 'PASS'`, `token "KEY"` (a call without parentheses), alone on its line
+        KIND_PASSWORD,
+        re.compile(r"(?m)^[ \t]*(?P<name>[A-Za-z_][A-Za-z0-9_]{0,60})[ \t]+(?P<q>[\"'])(?P<value>[^\"'\n]{1,400})(?P=q)[ \t]*$"),
+        ("value",),
+        lambda m: _name_strength(m.group("name")) == _STRONG and _accept_named_value(m),
+        _NAME_WORD,
+    ),
+    _Rule(  # redis-cli -a PASS, mongo -p PASS, sqlcmd -P PASS, rabbitmqctl add_user USER PASS, openssl -passout pass:PASS
+        KIND_PASSWORD,
+        re.compile(
+            r"(?:\bredis-cli\b[^\n|;&]{0,200}?[ \t]-a|\bmongo(?:sh|dump|restore|import|export)?\b[^\n|;&]{0,200}?[ \t]-p"
+            r"|\bsqlcmd\b[^\n|;&]{0,200}?[ \t]-P|\brabbitmqctl[ \t]+(?:add_user|change_password)[ \t]+[^\s\"']{1,100})[ \t]+"
+            + _SHELL_WORD + r"|[ \t]-pass(?:in|out)[ \t]+pass:(?P<openssl>[^\s\"']{1,256})"
+        ),
+        ("dq", "sq", "bare", "openssl"),
+        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare", "openssl")),
+        _trigger("redis-cli|mongo|sqlcmd|rabbitmqctl|pass:"),
+    ),
+    _Rule(  # .netrc: machine HOST login USER password PASS (one line or several)
+        KIND_PASSWORD,
+        re.compile(r"\blogin[ \t]+[^\s]{1,100}\s+password[ \t]+(?P<value>[^\s]{1,256})"),
+        ("value",),
+        _accept_literal,
+        _trigger("login"),
+        lines=2,
+    ),
+    _Rule(  # htpasswd -b[c] FILE USER PASS, htpasswd -nb USER PASS
+        KIND_PASSWORD,
+        re.compile(
+            r"\bhtpasswd(?:[ \t]+-[a-zA-Z]{1,8})*?[ \t]+-(?P<flags>[a-zA-Z]{0,8}b[a-zA-Z]{0,8})(?:[ \t]+-[a-zA-Z]{1,8})*"
+            r"(?P<args>(?:[ \t]+[^\s\"'-][^\s\"']{0,256}){1,2})[ \t]+" + _SHELL_WORD
+        ),
+        ("dq", "sq", "bare"),
+        lambda m: len(m.group("args").split()) == (1 if "n" in m.group("flags") else 2)
+        and not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+        _trigger("htpasswd"),
     ),
     _Rule(
         KIND_PASSWORD,
@@ -1252,12 +1418,12 @@ _RULES: tuple[_Rule, ...] = (
         _accept_literal,
         _trigger("auth"),
     ),
-    _Rule(  # a Docker config.json `"auth": "<base64 of user:password>"`
+    _Rule(  # a Docker config.json `"auth": "<base64 of user:password>"`; .npmrc's `_auth=<the same>`
         KIND_PASSWORD,
-        re.compile(r"\"auth\"[ \t]*:[ \t]*\"(?P<value>[A-Za-z0-9+/]{8,1024}={0,2})\""),
-        ("value",),
+        re.compile(r"\"auth\"[ \t]*:[ \t]*\"(?P<value>[A-Za-z0-9+/]{8,1024}={0,2})\"|(?<![\w-])_auth[ \t]*=[ \t]*(?P<npm>[A-Za-z0-9+/]{8,1024}={0,2})"),
+        ("value", "npm"),
         _accept_docker_auth,
-        _trigger('"auth"'),
+        _trigger('"auth"|_auth'),
     ),
     _Rule(  # a Twilio auth token after its account SID: Client("AC…", "TOKEN"), -u AC…:TOKEN, `twilio login AC… TOKEN`
         "twilio-key",
