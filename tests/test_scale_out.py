@@ -1,5 +1,6 @@
-"""Per-session stages computed outside the writer: staged by parallel compute steps from the published snapshot,
-committed by the one writer, and the whole warehouse the same as an in-process run's."""
+"""Per-session stages computed outside the writer: staged by parallel compute steps from the sources (parsing) and
+the published snapshot (the rest), committed by the one writer, and the whole warehouse the same as an in-process
+run's."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from sessionmem_pipeline.defs.assets import (
     search_index,
     session_summaries,
     session_threads,
+    staged_parses,
     staged_results,
 )
 from sessionmem_pipeline.defs.partitions import session_partitions
@@ -86,14 +88,17 @@ def test_parallel_compute_steps_then_one_commit_build_the_same_warehouse_as_a_se
     settings = load_settings(config, env={})
     keys = sorted(f.partition_key for f in discover(settings.sources))
 
-    materialize([raw_messages], config, keys)  # publishes the snapshot compute reads
     with ThreadPoolExecutor(3) as pool:  # one compute step per partition, three at a time
+        list(pool.map(lambda key: materialize([staged_parses], config, [key]), keys))
+        assert {path.parent.name for path in staged_files(settings)} == {"ingest"}
+        ingest = materialize([raw_messages], config, keys)  # publishes the snapshot the next compute reads
         list(pool.map(lambda key: materialize([staged_results], config, [key]), keys))
     assert {path.parent.name for path in staged_files(settings)} == {"collapse", "chunk", "embed", "summarize"}
     commit = materialize(COMMITS, config, keys)
     materialize([session_threads, memories, search_index], config)
 
-    for event in commit.get_asset_materialization_events():  # every result came from the compute steps
+    events = [*ingest.get_asset_materialization_events(), *commit.get_asset_materialization_events()]
+    for event in events:  # every result came from the compute steps
         assert event.materialization.metadata["computed_in_commit"].value == 0, event.asset_key
     assert staged_files(settings) == []  # committed files are removed
     parallel = warehouse_tables(tmp_path / "parallel" / "w.duckdb")

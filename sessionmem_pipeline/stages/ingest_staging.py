@@ -122,7 +122,7 @@ def _settled_in_snapshot(settings: Settings, files: Sequence[SourceFile], key: s
         unchanged = set()
         for source in files:
             previous, row = states.get(source.path, (None, None))
-            same_stat = previous is not None and (previous.size, previous.mtime_ns) == (source.stat.size, source.stat.mtime_ns)
+            same_stat = previous is not None and changes.FileStat(previous.size, previous.mtime_ns) == source.stat
             if same_stat and row["stage_key"] == key:
                 unchanged.add(source.path)
         rows = snapshot.query("SELECT path, sha256 FROM quarantine WHERE path IN (SELECT unnest(?))", [paths])
