@@ -114,7 +114,7 @@ def _writer_follows(context: dg.AssetExecutionContext) -> bool:
         if asset.dependency_keys & below:
             below.add(asset.key)
     selected = context.run.asset_selection or set()
-    return any(key in selected for key in below - {context.asset_key, staged_results.key, staged_parses.key})
+    return any(key in selected for key in below - {context.asset_key, staged_results.key})
 
 
 def _partition_metadata(

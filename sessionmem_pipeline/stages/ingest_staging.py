@@ -59,6 +59,8 @@ def parse_input(source: SourceFile, sha256: str) -> str:
 
 @dataclass
 class ParseOutcome:
+    """What one compute step staged, and which files it left to the commit and why."""
+
     files: int = 0  # files parsed and staged
     not_staged: list[str] = field(default_factory=list)  # "path: why" of files left to the commit
     path: Path | None = None
