@@ -257,3 +257,16 @@ def test_compute_skips_what_the_snapshot_holds_and_never_opens_a_fifo(
     assert outcome.files == 1 and outcome.path is not None
     run = index_sources(settings)
     assert run.computed_in_commit[INGEST.name] == 0 and staged_files(settings) == []
+
+
+def test_a_parse_staged_under_other_privacy_rules_is_parsed_again_by_the_commit(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    settings = load_settings(write_config(tmp_path, sources, openai_server), env={})
+    other = settings.with_overrides({"privacy.exclude_projects": ["webshop"]})  # the ingest stage's key differs
+    assert compute_parses(other, None).files == 2
+
+    run = index_sources(settings)
+
+    assert run.computed_in_commit[INGEST.name] == 2 and run.excluded == []
+    assert staged_files(settings) == []  # read, not taken, and removed with the run's other staging files

@@ -156,7 +156,8 @@ def ingest_file(
     outcome.excluded = [(sid, str(why)) for sid, why in excluded]
     forgotten = wh.forgotten_ids()
     sessions = [s for s in parsed.sessions if s.session_id not in forgotten]
-    sessions = _not_claimed_by_newer_files(wh, sessions, source.path, current)
+    owners = wh.session_owners([s.session_id for s in sessions])
+    sessions = _not_claimed_by_newer_files(owners, sessions, source.path, current)
     parsed = dataclasses.replace(parsed, sessions=sessions)
     stored_ids = list(row["session_ids"] or []) if row and previous else []
     outcome.excluded_removed = len({sid for sid, _ in excluded} & set(stored_ids))
@@ -166,7 +167,7 @@ def ingest_file(
             wh.forget_sessions([sid for sid, _ in excluded], _now(), remember=False)  # also publishes the exclusions
         wh.replace("excluded_sessions", "path", [source.path], exclusion_rows([(source.path, s, w) for s, w in excluded]))
         plan = _write_plan(wh, parsed, stored_ids, decision, fingerprints, key, source.path, full=full)
-        wh.delete_sessions(plan.removed + sorted(plan.replaced))
+        wh.delete_sessions(plan.removed + sorted(plan.replaced & owners.keys()))  # a new session has no rows
         for session in parsed.sessions:
             if session.session_id in plan.unchanged:
                 continue
@@ -200,12 +201,15 @@ def ingest_file(
 
 
 def _not_claimed_by_newer_files(
-    wh: Warehouse, sessions: Sequence[ParsedSession], path: str, current: changes.FileStat | None
+    owners: dict[str, tuple[str, int | None]],
+    sessions: Sequence[ParsedSession],
+    path: str,
+    current: changes.FileStat | None,
 ) -> list[ParsedSession]:
     """Leave out sessions last read from another, newer file that is still there (an older export of the same
-    account must not overwrite the newer export's version of a conversation), whatever order files are read in."""
+    account must not overwrite the newer export's version of a conversation), whatever order files are read in.
+    `owners`: the stored sessions' files and their mtimes (`Warehouse.session_owners`)."""
     mtime_ns = current.mtime_ns if current is not None else 0
-    owners = wh.session_owners([s.session_id for s in sessions])
     claimed = {
         session_id
         for session_id, (owner, owner_mtime_ns) in owners.items()
