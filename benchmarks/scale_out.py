@@ -1,21 +1,24 @@
 """The per-session stages outside the single writer (issue 21): parallel compute workers against a remote-like
 embedding API, one writer committing.
 
-    .venv/bin/python benchmarks/scale_out.py [--sessions 24] [--latency 0.3] [--workers 1,2,4] [--json]
+    .venv/bin/python benchmarks/scale_out.py [--sessions 24] [--latency 0.3] [--workers 1,2,4] [--parse-in-writer] [--json]
 
-N equal-sized synthetic Claude Code sessions are ingested once (Dagster `raw_messages`, which publishes the
-snapshot compute reads). The embedding server is the tests' OpenAI-compatible server on 127.0.0.1 with a fixed
-latency per request (300 ms: a remote API's round trip), batch_size 4. Two tables:
-- one worker (`compute_sessions` in this process: collapse, chunk, embed) with 1 vs 8 requests in flight;
-- the Dagster path: a real instance (DAGSTER_HOME with this repo's dagster.yaml), the compute pool's limit set
-  with `dagster instance concurrency set sessionmem_compute K`, K worker processes each running `staged_results`
-  over 1/K of the partitions (one request in flight) at once, then one writer run commits everything
-  (`collapsed_messages`, `chunks`, `chunk_embeddings`, `session_summaries`). `compute s` is first start to last
-  end of the K runs (process start-up excluded); `commit s` the writer's run, whose steps are checked not to
-  overlap; sessions/s and the speedup over K=1 are of the two together. The stages over everything
-  (`session_threads`, `memories`, `search_index`: not split, the same work for every K) follow in another run,
-  `global s`, shown with the speedup they leave. The final warehouse is compared whole (every table, run ids and
-  timestamps aside) with a serial `index_sources` run's.
+N equal-sized synthetic Claude Code sessions. The embedding server is the tests' OpenAI-compatible server on
+127.0.0.1 with a fixed latency per request (300 ms: a remote API's round trip), batch_size 4. Two tables:
+- one worker (`compute_sessions` in this process: collapse, chunk, embed, over a warehouse ingested once) with 1
+  vs 8 requests in flight;
+- the Dagster path, from an empty warehouse: a real instance (DAGSTER_HOME with this repo's dagster.yaml), the
+  compute pool's limit set with `dagster instance concurrency set sessionmem_compute K`, K worker processes each
+  covering 1/K of the partitions (one request in flight). Each worker runs `staged_parses` (parse, privacy rules,
+  redaction) at once with the others, then the writer commits them (`raw_messages`, which publishes the
+  snapshot); each worker then runs `staged_results`, and one writer run commits everything (`collapsed_messages`,
+  `chunks`, `chunk_embeddings`, `session_summaries`). `compute s` is first start to last end of the K runs of each
+  phase, added (process start-up excluded); `ingest s` and `commit s` the two writer runs (the latter's steps
+  checked not to overlap); sessions/s and the speedup over K=1 are of the four together. `--parse-in-writer`
+  leaves out `staged_parses` (raw_messages parses, as before the split; also runs against code without it). The
+  stages over everything (`session_threads`, `memories`, `search_index`: not split, the same work for every K)
+  follow in another run, `global s`, shown with the speedup they leave. The final warehouse is compared whole
+  (every table, run ids and timestamps aside) with a serial `index_sources` run's.
 """
 
 from __future__ import annotations
@@ -42,20 +45,21 @@ from warehouse_tables import warehouse_tables  # noqa: E402  (tests/warehouse_ta
 CHILD = """
 import json, os, sys, time
 import dagster as dg
-from sessionmem_pipeline.defs.assets import staged_results
+from sessionmem_pipeline.defs import assets
 from sessionmem_pipeline.defs.resources import SessionmemResource
-config, keys, go = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+config, keys, phases = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 instance = dg.DagsterInstance.get()
 resources = {"sessionmem": SessionmemResource(config_file=config)}
 resources["sessionmem"].embedder().count_model_tokens("a worker loads its tokenizer once, at start-up")
 print("ready", flush=True)
-while not os.path.exists(go):
-    time.sleep(0.01)
-started, cpu = time.time(), time.process_time()
-result = dg.materialize([staged_results], instance=instance, resources=resources,
-    tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
-print(json.dumps({"started": started, "ended": time.time(), "cpu": time.process_time() - cpu,
-                  "success": result.success}), flush=True)
+for asset, go in phases:
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    started, cpu = time.time(), time.process_time()
+    result = dg.materialize([getattr(assets, asset)], instance=instance, resources=resources,
+        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+    print(json.dumps({"started": started, "ended": time.time(), "cpu": time.process_time() - cpu,
+                      "success": result.success}), flush=True)
 """
 
 
@@ -116,70 +120,103 @@ def overlapping_steps(instance, run_id: str) -> int:
     return sum(1 for before, after in zip(ordered, ordered[1:]) if after[0] < before[1])
 
 
-def dagster_workers(base: Path, template: Path, config: Path, keys: list[str], workers: int) -> dict:
-    """K compute runs at once (1/K of the partitions each) under pool limit K, then the one writer run."""
+def dagster_workers(base: Path, config: Path, keys: list[str], workers: int, parse_in_writer: bool) -> dict:
+    """From an empty warehouse: K parse runs at once (1/K of the partitions each) under pool limit K, the writer's
+    ingest run, K compute runs at once, then the one writer run."""
     import dagster as dg
 
     from sessionmem_pipeline.defs.resources import SessionmemResource
 
     warehouse_dir = base / "warehouse"
     shutil.rmtree(warehouse_dir, ignore_errors=True)
-    shutil.copytree(template, warehouse_dir)
+    warehouse_dir.mkdir()
     env = {**os.environ, "DAGSTER_HOME": str(base / "dagster_home")}
     subprocess.run(
         [str(Path(sys.executable).parent / "dagster"), "instance", "concurrency", "set", "sessionmem_compute", str(workers)],
         env=env, check=True, capture_output=True,
     )
-    go = base / f"go-{workers}"
+    phases = [] if parse_in_writer else ["staged_parses"]
+    phases = [(asset, str(base / f"go-{workers}-{asset}")) for asset in [*phases, "staged_results"]]
     # contiguous runs of the (sorted) partition order: a worker's run names its part as a partition range
     slices = [keys[i * len(keys) // workers:(i + 1) * len(keys) // workers] for i in range(workers)]
     children = [
-        subprocess.Popen([sys.executable, "-c", CHILD, str(config), json.dumps(sorted(part)), str(go)],
+        subprocess.Popen([sys.executable, "-c", CHILD, str(config), json.dumps(sorted(part)), json.dumps(phases)],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         for part in slices
     ]
     for child in children:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-    go.touch()
-    results = [json.loads(child.communicate()[0].strip().splitlines()[-1]) for child in children]
-    assert all(r["success"] for r in results)
-    compute = max(r["ended"] for r in results) - min(r["started"] for r in results)
-    compute_cpu = sum(r["cpu"] for r in results)
     instance = dg.DagsterInstance.get()
     resources = {"sessionmem": SessionmemResource(config_file=str(config))}
-    commits, global_assets = writer_assets()
-    started, cpu = time.perf_counter(), time.process_time()
-    commit = dg.materialize(commits, instance=instance, resources=resources,
-                            tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
-    commit_seconds, commit_cpu = time.perf_counter() - started, time.process_time() - cpu
+    tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+    ingest, commits, global_assets = writer_assets()
+    compute = compute_cpu = 0.0
+    spans = {}
+    for asset, go in phases:
+        if asset == "staged_results":  # the parses are committed (and the snapshot published) first
+            spans["ingest"] = writer_run(instance, ingest, resources, tags)
+        Path(go).touch()
+        results = [next_result(child) for child in children]
+        assert all(r["success"] for r in results)
+        compute += max(r["ended"] for r in results) - min(r["started"] for r in results)
+        compute_cpu += sum(r["cpu"] for r in results)
+    for child in children:
+        child.wait()
+    spans["commit"] = writer_run(instance, commits, resources, tags)
+    started = time.perf_counter()
     assert dg.materialize(global_assets, instance=instance, resources=resources).success
-    global_seconds = time.perf_counter() - started - commit_seconds
-    computed_in_commit = sum(
-        event.materialization.metadata["computed_in_commit"].value
-        for event in commit.get_asset_materialization_events()
-        if "computed_in_commit" in event.materialization.metadata
-    )
-    return {"workers": workers, "compute_s": compute, "compute_cpu_s": compute_cpu, "commit_s": commit_seconds,
-            "commit_cpu_s": commit_cpu, "global_s": global_seconds,
+    global_seconds = time.perf_counter() - started
+    computed_in_commit = {
+        name: sum(
+            event.materialization.metadata["computed_in_commit"].value
+            for event in result.get_asset_materialization_events()
+            if "computed_in_commit" in event.materialization.metadata
+        )
+        for name, (_, _, result) in spans.items()
+    }
+    ingest_s, ingest_cpu, _ = spans["ingest"]
+    commit_s, commit_cpu, commit = spans["commit"]
+    return {"workers": workers, "compute_s": compute, "compute_cpu_s": compute_cpu, "ingest_s": ingest_s,
+            "ingest_cpu_s": ingest_cpu, "commit_s": commit_s, "commit_cpu_s": commit_cpu, "global_s": global_seconds,
             "computed_in_commit": computed_in_commit, "overlapping_commits": overlapping_steps(instance, commit.run_id),
-            "sessions_per_s": len(keys) / (compute + commit_seconds),
+            "sessions_per_s": len(keys) / (compute + ingest_s + commit_s),
             "tables": warehouse_tables(warehouse_dir / "w.duckdb")}
 
 
-def writer_assets() -> tuple[list, list]:
-    """The writer's per-session commit assets, and those over everything (imported late: DAGSTER_HOME must be set
-    first)."""
+def next_result(child: subprocess.Popen) -> dict:
+    """A worker's report of its next run (its only output lines that are JSON objects)."""
+    assert child.stdout is not None
+    while not (line := child.stdout.readline()).startswith("{"):
+        assert line, "the worker ended without reporting"
+    return json.loads(line)
+
+
+def writer_run(instance, assets: list, resources: dict, tags: dict) -> tuple[float, float, object]:
+    """One writer run over every partition: wall seconds, this process's CPU seconds, the result."""
+    import dagster as dg
+
+    started, cpu = time.perf_counter(), time.process_time()
+    result = dg.materialize(assets, instance=instance, resources=resources, tags=tags)
+    assert result.success
+    return time.perf_counter() - started, time.process_time() - cpu, result
+
+
+def writer_assets() -> tuple[list, list, list]:
+    """The writer's ingest, its other per-session commit assets, and those over everything (imported late:
+    DAGSTER_HOME must be set first)."""
     from sessionmem_pipeline.defs.assets import (
         chunk_embeddings,
         chunks,
         collapsed_messages,
         memories,
+        raw_messages,
         search_index,
         session_summaries,
         session_threads,
     )
 
-    return [collapsed_messages, chunks, chunk_embeddings, session_summaries], [session_threads, memories, search_index]
+    commits = [collapsed_messages, chunks, chunk_embeddings, session_summaries]
+    return [raw_messages], commits, [session_threads, memories, search_index]
 
 
 def serial_tables(base: Path, sources: Path, base_url: str) -> dict:
@@ -198,6 +235,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=24)
     parser.add_argument("--latency", type=float, default=0.3)
     parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--parse-in-writer", action="store_true", help="no staged_parses: raw_messages parses")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     load = os.getloadavg()  # the wall times are those of a latency-bound run only while the cores are free
@@ -229,13 +267,12 @@ def main() -> None:
                        resources={"sessionmem": SessionmemResource(config_file=str(prepare))},
                        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
         single = one_worker(prepare, args.sessions, [1, 8])
-        runs = [dagster_workers(base, template, config, keys, int(k)) for k in args.workers.split(",")]
+        runs = [dagster_workers(base, config, keys, int(k), args.parse_in_writer) for k in args.workers.split(",")]
         serial = serial_tables(base, sources, server.base_url)
         requests = len(server.requests)
     for row in runs:
-        row["speedup"] = (runs[0]["compute_s"] + runs[0]["commit_s"]) / (row["compute_s"] + row["commit_s"])
-        row["speedup_with_global"] = (runs[0]["compute_s"] + runs[0]["commit_s"] + runs[0]["global_s"]) / (
-            row["compute_s"] + row["commit_s"] + row["global_s"])
+        row["speedup"] = end_to_end(runs[0]) / end_to_end(row)
+        row["speedup_with_global"] = (end_to_end(runs[0]) + runs[0]["global_s"]) / (end_to_end(row) + row["global_s"])
         row["same_as_serial"] = row.pop("tables") == serial
     shutil.rmtree(base, ignore_errors=True)
     if args.json:
@@ -246,15 +283,24 @@ def main() -> None:
     print("\none worker (compute_sessions)\n| in flight | seconds | sessions/s | speedup |\n|---|---|---|---|")
     for row in single:
         print(f"| {row['in_flight']} | {row['seconds']:.1f} | {row['sessions_per_s']:.2f} | {row['speedup']:.1f}x |")
-    print("\nDagster: K compute runs at once (1/K of the partitions each, pool sessionmem_compute = K, 1 request in "
-          "flight each), then one writer run")
-    print("| K | compute s (CPU s) | commit s (CPU s) | sessions/s | speedup | + global s | speedup with global | "
-          "computed in commit | overlapping commits | warehouse = serial run's |\n|---|---|---|---|---|---|---|---|---|---|")
+    where = "raw_messages parses" if args.parse_in_writer else "staged_parses then staged_results"
+    print(f"\nDagster from an empty warehouse: K compute runs at once per phase ({where}; 1/K of the partitions "
+          "each, pool sessionmem_compute = K, 1 request in flight each), the writer's ingest run, one writer commit run")
+    print("| K | compute s (CPU s) | ingest s (CPU s) | ingest CPU ms/session | commit s (CPU s) | commit CPU ms/session "
+          "| sessions/s | speedup | + global s | speedup with global | computed in commit (ingest, other) "
+          "| overlapping commits | warehouse = serial run's |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in runs:
-        print(f"| {row['workers']} | {row['compute_s']:.1f} ({row['compute_cpu_s']:.1f}) | {row['commit_s']:.1f} "
-              f"({row['commit_cpu_s']:.1f}) | {row['sessions_per_s']:.2f} | "
-              f"{row['speedup']:.1f}x | {row['global_s']:.1f} | {row['speedup_with_global']:.1f}x | "
-              f"{row['computed_in_commit']} | {row['overlapping_commits']} | {row['same_as_serial']} |")
+        print(f"| {row['workers']} | {row['compute_s']:.1f} ({row['compute_cpu_s']:.1f}) | {row['ingest_s']:.1f} "
+              f"({row['ingest_cpu_s']:.1f}) | {row['ingest_cpu_s'] * 1000 / args.sessions:.0f} | {row['commit_s']:.1f} "
+              f"({row['commit_cpu_s']:.1f}) | {row['commit_cpu_s'] * 1000 / args.sessions:.0f} | "
+              f"{row['sessions_per_s']:.2f} | {row['speedup']:.1f}x | {row['global_s']:.1f} | "
+              f"{row['speedup_with_global']:.1f}x | {row['computed_in_commit']['ingest']}, "
+              f"{row['computed_in_commit']['commit']} | {row['overlapping_commits']} | {row['same_as_serial']} |")
+
+
+def end_to_end(row: dict) -> float:
+    """Seconds from the first parse to the last commit (the stages over everything aside)."""
+    return row["compute_s"] + row["ingest_s"] + row["commit_s"]
 
 
 if __name__ == "__main__":

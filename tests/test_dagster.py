@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from sessionmem_pipeline.defs.assets import PIPELINE_ASSETS, search_index, staged_results
+from sessionmem_pipeline.defs.assets import PIPELINE_ASSETS, search_index, staged_parses, staged_results
 from sessionmem_pipeline.defs.checks import PIPELINE_CHECKS
 from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
@@ -43,16 +43,18 @@ def _counts(warehouse: Path) -> dict[str, int]:
 def test_definitions_load_with_sensor_checks_and_partitions() -> None:
     repo = defs.get_repository_def()
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {
-        "raw_messages", "collapsed_messages", "chunks", "staged_results", "chunk_embeddings", "session_summaries",
+        "staged_parses", "raw_messages", "collapsed_messages", "chunks", "staged_results", "chunk_embeddings",
+        "session_summaries",
         "session_threads", "memories", "search_index",
     }
     assert repo.get_sensor_def("session_files_sensor") and repo.get_sensor_def("summary_due_sensor")
     for asset in PARTITIONED:
         assert asset.partitions_def == session_partitions
         assert asset.backfill_policy is not None and asset.backfill_policy.max_partitions_per_run == 200
-    writers = [a for a in PIPELINE_ASSETS if a is not staged_results]
+    compute = [staged_parses, staged_results]
+    writers = [a for a in PIPELINE_ASSETS if a not in compute]
     assert {a.op.pool for a in writers} | {c.op.pool for c in PIPELINE_CHECKS[1:]} == {"duckdb_warehouse"}
-    assert staged_results.op.pool == "sessionmem_compute"  # reads the snapshot only: may run in parallel
+    assert {a.op.pool for a in compute} == {"sessionmem_compute"}  # read the sources and snapshot only: in parallel
     assert len(PIPELINE_CHECKS) == 6
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from warehouse_tables import warehouse_tables
 
 from sessionmem_pipeline.cli import main
 from sessionmem_pipeline.config import Settings, load_settings
@@ -23,6 +24,7 @@ from sessionmem_pipeline.core.privacy import (
 )
 from sessionmem_pipeline.core.sanitize import sanitize_message
 from sessionmem_pipeline.providers import LocalMiniLMEmbedder
+from sessionmem_pipeline.stages.ingest_staging import compute_parses
 from sessionmem_pipeline.stages.run import index_sources
 from sessionmem_pipeline.warehouse import connect, snapshot_path
 
@@ -271,3 +273,22 @@ def test_an_opt_out_file_added_later_removes_its_folders_sessions_under_unchange
     with duckdb.connect(str(snapshot_path(settings.warehouse)), read_only=True) as conn:
         cwds = {row[0] for row in conn.execute("SELECT cwd FROM sessions").fetchall()}
     assert str(tmp_path / "work" / "shop") not in cwds
+
+
+def test_privacy_rules_applied_by_a_compute_step_keep_out_what_the_writer_would(tmp_path: Path, embedder) -> None:
+    root = write_sources(tmp_path)
+    built = {}
+    for name in ("staged", "serial"):
+        (tmp_path / name).mkdir()
+        built[name] = settings_for(tmp_path / name, root, exclude_paths=["scratch"], exclude_projects=["acme-*"])
+    assert compute_parses(built["staged"], None).files == 4  # the path-excluded file is not even opened
+    (tmp_path / "work" / "shop" / IGNORE_FILE).write_text("", encoding="utf-8")  # after compute looked
+
+    staged = index_sources(built["staged"], embedder=embedder)
+    serial = index_sources(built["serial"], embedder=embedder)
+
+    assert staged.computed_in_commit["ingest"] == 1  # the shop session's opt-out file changed since compute
+    assert sorted(map(str, staged.excluded)) == sorted(map(str, serial.excluded))
+    assert len(serial.excluded) == 5
+    assert warehouse_tables(built["staged"].warehouse) == warehouse_tables(built["serial"].warehouse)
+    assert_nowhere(built["staged"], SECRETS.values())

@@ -1,8 +1,10 @@
-"""Per-session stages computed outside the writer: staged by parallel compute steps from the published snapshot,
-committed by the one writer, and the whole warehouse the same as an in-process run's."""
+"""Per-session stages computed outside the writer: staged by parallel compute steps from the sources (parsing) and
+the published snapshot (the rest), committed by the one writer, and the whole warehouse the same as an in-process
+run's."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,12 +26,14 @@ from sessionmem_pipeline.defs.assets import (
     search_index,
     session_summaries,
     session_threads,
+    staged_parses,
     staged_results,
 )
 from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
 from sessionmem_pipeline.stages.discover import discover
-from sessionmem_pipeline.stages.registry import COLLAPSE, EMBED, Providers
+from sessionmem_pipeline.stages.ingest_staging import compute_parses
+from sessionmem_pipeline.stages.registry import COLLAPSE, EMBED, FAULT_VARIABLE, INGEST, InjectedFault, Providers
 from sessionmem_pipeline.stages.run import index_sources
 from sessionmem_pipeline.stages.staging import compute_sessions, staging_folder
 from sessionmem_pipeline.warehouse import Warehouse
@@ -84,14 +88,17 @@ def test_parallel_compute_steps_then_one_commit_build_the_same_warehouse_as_a_se
     settings = load_settings(config, env={})
     keys = sorted(f.partition_key for f in discover(settings.sources))
 
-    materialize([raw_messages], config, keys)  # publishes the snapshot compute reads
     with ThreadPoolExecutor(3) as pool:  # one compute step per partition, three at a time
+        list(pool.map(lambda key: materialize([staged_parses], config, [key]), keys))
+        assert {path.parent.name for path in staged_files(settings)} == {"ingest"}
+        ingest = materialize([raw_messages], config, keys)  # publishes the snapshot the next compute reads
         list(pool.map(lambda key: materialize([staged_results], config, [key]), keys))
     assert {path.parent.name for path in staged_files(settings)} == {"collapse", "chunk", "embed", "summarize"}
     commit = materialize(COMMITS, config, keys)
     materialize([session_threads, memories, search_index], config)
 
-    for event in commit.get_asset_materialization_events():  # every result came from the compute steps
+    events = [*ingest.get_asset_materialization_events(), *commit.get_asset_materialization_events()]
+    for event in events:  # every result came from the compute steps
         assert event.materialization.metadata["computed_in_commit"].value == 0, event.asset_key
     assert staged_files(settings) == []  # committed files are removed
     parallel = warehouse_tables(tmp_path / "parallel" / "w.duckdb")
@@ -155,3 +162,111 @@ def test_a_result_staged_under_another_configuration_is_computed_again_by_the_co
     run = index_sources(settings.with_overrides({"chunking.max_tokens": 300}))  # the chunk stage's key differs
 
     assert run.computed_in_commit["chunk"] == staged > 0
+
+
+# ---- parsing (ingest) in compute ---------------------------------------------------------------------------------
+
+LATE = "2999-01-01T00:00:00Z"  # judged by the clock of whoever parses: never staged
+
+
+@pytest.fixture()
+def awkward_sources(sources: Path) -> Path:
+    """The samples, a file to quarantine, one with a bad line among good ones and one with a late timestamp."""
+    good = (SAMPLES / "generic" / "planning" / "2026-03-02.jsonl").read_text(encoding="utf-8").splitlines()
+    (sources / "generic" / "broken.jsonl").write_text("not json\nnor this\n", encoding="utf-8")
+    (sources / "generic" / "partly.jsonl").write_text("\n".join([*good[:6], "{oops", *good[6:12]]) + "\n", encoding="utf-8")
+    late = good[12].replace(good[12].split('"timestamp": "')[1].split('"')[0], LATE)
+    (sources / "generic" / "late.jsonl").write_text("\n".join([*good[:3], late]) + "\n", encoding="utf-8")
+    return sources
+
+
+def twin_settings(tmp_path: Path, sources: Path, server: OpenAICompatibleServer) -> dict:
+    """Two warehouses over the same sources: one built serially, one from staged parses."""
+    built = {}
+    for name in ("serial", "staged"):
+        (tmp_path / name).mkdir()
+        built[name] = load_settings(write_config(tmp_path / name, sources, server), env={})
+    return built
+
+
+def test_staged_parses_give_the_serial_warehouse_with_quarantine_and_parse_warnings(
+    tmp_path: Path, awkward_sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    built = twin_settings(tmp_path, awkward_sources, openai_server)
+    outcome = compute_parses(built["staged"], None)
+    assert outcome.files == 4  # the late file is left to the commit
+    assert [problem.split(": ")[-1] for problem in outcome.not_staged] == ["a late timestamp the commit's clock must judge"]
+
+    staged_run = index_sources(built["staged"])
+    serial_run = index_sources(built["serial"])
+
+    assert staged_run.computed_in_commit[INGEST.name] == 1  # only the late file was parsed by the writer
+    assert serial_run.computed_in_commit[INGEST.name] == 5
+    assert staged_files(built["staged"]) == []
+    staged, serial = (warehouse_tables(built[name].warehouse) for name in ("staged", "serial"))
+    assert [row[1] for row in serial["quarantine"]] == ["generic/broken"]  # partition key
+    assert len(serial["parse_warnings"]) == 2  # the bad line, the late timestamp
+    assert staged == serial
+
+
+def test_a_file_changed_after_compute_is_parsed_by_the_commit(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    built = twin_settings(tmp_path, sources, openai_server)
+    assert compute_parses(built["staged"], None).files == 2
+    planning = sources / "generic" / "planning" / "2026-03-02.jsonl"
+    planning.write_text("\n".join(planning.read_text(encoding="utf-8").splitlines()[:-2]) + "\n", encoding="utf-8")
+
+    staged_run = index_sources(built["staged"])
+    index_sources(built["serial"])
+
+    assert staged_run.computed_in_commit[INGEST.name] == 1
+    assert warehouse_tables(built["staged"].warehouse) == warehouse_tables(built["serial"].warehouse)
+
+
+def test_a_commit_that_crashed_after_compute_is_completed_by_the_next_plain_run(
+    tmp_path: Path, awkward_sources: Path, openai_server: OpenAICompatibleServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = twin_settings(tmp_path, awkward_sources, openai_server)
+    compute_parses(built["staged"], None)
+    monkeypatch.setenv(FAULT_VARIABLE, "raise-in:ingest")  # after the first file's commit
+    with pytest.raises(InjectedFault):
+        index_sources(built["staged"])
+    monkeypatch.delenv(FAULT_VARIABLE)
+    assert staged_files(built["staged"])  # not consumed: the commit did not finish
+
+    repair = index_sources(built["staged"])
+    index_sources(built["serial"])
+
+    assert repair.computed_in_commit[INGEST.name] == 1  # the late file; the rest from the staging file
+    assert staged_files(built["staged"]) == []
+    assert warehouse_tables(built["staged"].warehouse) == warehouse_tables(built["serial"].warehouse)
+
+
+def test_compute_skips_what_the_snapshot_holds_and_never_opens_a_fifo(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    settings = load_settings(write_config(tmp_path, sources, openai_server), env={})
+    os.mkfifo(sources / "generic" / "pipe.jsonl")  # opening it for reading would wait for a writer
+    index_sources(settings)
+    assert compute_parses(settings, None).files == 0  # the snapshot holds every file as it is
+
+    claude = next((sources / "claude").rglob("*.jsonl"))
+    claude.write_text(claude.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    outcome = compute_parses(settings, [discover(settings.sources)[0].partition_key])
+    assert outcome.files == 1 and outcome.path is not None
+    run = index_sources(settings)
+    assert run.computed_in_commit[INGEST.name] == 0 and staged_files(settings) == []
+
+
+def test_a_parse_staged_under_other_privacy_rules_is_parsed_again_by_the_commit(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    settings = load_settings(write_config(tmp_path, sources, openai_server), env={})
+    other = settings.with_overrides({"privacy.exclude_projects": ["webshop"]})  # the ingest stage's key differs
+    assert compute_parses(other, None).files == 2
+
+    run = index_sources(settings)
+
+    assert run.computed_in_commit[INGEST.name] == 2 and run.excluded == []
+    assert staged_files(settings) == []  # read, not taken, and removed with the run's other staging files

@@ -1,10 +1,11 @@
 """The per-session assets and the search index: each one calls its stage function (stages/) and reports metadata.
 
 Asset key = the table it owns. Every asset that writes DuckDB runs in the `duckdb_warehouse` pool (limit 1) and
-takes the same writer lock as `sessionmem index`; the per-session work (collapse, chunk and topics, embedding,
-summaries) is computed before that, outside the writer, in pool `sessionmem_compute` (`staged_results`,
-stages/staging.py), and the writer's assets commit it. A run may cover many partitions (the sensor asks for
-backfills with a multi-run policy), so assets work over `context.partition_keys`.
+takes the same writer lock as `sessionmem index`; the per-session work (parsing and redaction, then collapse,
+chunk and topics, embedding, summaries) is computed before that, outside the writer, in pool `sessionmem_compute`
+(`staged_parses`, stages/ingest_staging.py; `staged_results`, stages/staging.py), and the writer's assets commit
+it. A run may cover many partitions (the sensor asks for backfills with a multi-run policy), so assets work over
+`context.partition_keys`.
 """
 
 
@@ -17,7 +18,7 @@ import dagster as dg
 
 from sessionmem_pipeline.defs.partitions import COMPUTE_POOL, WAREHOUSE_POOL, session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
-from sessionmem_pipeline.stages import pipeline, staging
+from sessionmem_pipeline.stages import ingest_staging, pipeline, staging
 from sessionmem_pipeline.stages.discover import scan_sources
 from sessionmem_pipeline.stages.privacy import privacy_rules
 from sessionmem_pipeline.stages.pipeline import StageReport
@@ -43,6 +44,20 @@ def session_asset(**kwargs: object):
         backfill_policy=BACKFILL_POLICY,
         kinds={"duckdb"},
         op_tags=WRITER_TAGS,
+        **kwargs,
+    )
+
+
+def compute_asset(**kwargs: object):
+    """An asset of the compute half: partitioned like the writer's, in pool `sessionmem_compute` (any number at
+    once: it never opens the live file), its results Parquet files in the staging folder."""
+    return dg.asset(
+        partitions_def=session_partitions,
+        pool=COMPUTE_POOL,
+        op_tags=COMPUTE_TAGS,
+        backfill_policy=BACKFILL_POLICY,
+        group_name="sessions",
+        kinds={"parquet"},
         **kwargs,
     )
 
@@ -134,7 +149,29 @@ def _partition_metadata(
         context.add_asset_metadata(metadata, partition_key=key)
 
 
-@session_asset(group_name="sessions")
+def _computed_in_commit(report: StageReport, stage: str) -> dict[str, int]:
+    """What the commit computed itself because no staging file held it (0: everything came from compute)."""
+    return {"computed_in_commit": report.computed_in_commit.get(stage, 0)}
+
+
+@compute_asset()
+def staged_parses(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
+    """Each session file of the partitions parsed, validated, kept out or redacted by the privacy rules, outside the
+    writer (never opens the live file, so many run at once), into the staging folder for `raw_messages` to commit
+    (files the published snapshot holds unchanged are skipped)."""
+    outcome = ingest_staging.compute_parses(sessionmem.settings(), list(context.partition_keys))
+    for problem in outcome.not_staged:
+        context.log.info(f"left to raw_messages: {problem}")
+    return dg.MaterializeResult(
+        metadata={
+            "files_parsed": outcome.files,
+            "left_to_commit": len(outcome.not_staged),
+            "staged": dg.MetadataValue.json([str(outcome.path)] if outcome.path else []),
+        }
+    )
+
+
+@session_asset(deps=[staged_parses], group_name="sessions")
 def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Canonical messages of each session file: validated, privacy exclusions applied, redacted, quarantined when
     unusable, only new lines when grown; a vanished file's sessions stay, marked source-missing (published at once:
@@ -157,6 +194,7 @@ def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
             "malformed_lines_skipped": len(report.warnings),
             "source_problems": len(report.source_problems),
             "kept_out_by_privacy": len(report.excluded),
+            **_computed_in_commit(report, "ingest"),
             "quarantine": dg.MetadataValue.md(
                 "\n".join(f"- `{q['path']}`: {q['reason']}" for q in report.quarantined) or "none"
             ),
@@ -164,15 +202,7 @@ def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
     )
 
 
-@dg.asset(
-    partitions_def=session_partitions,
-    pool=COMPUTE_POOL,
-    op_tags=COMPUTE_TAGS,
-    backfill_policy=BACKFILL_POLICY,
-    deps=[raw_messages],
-    group_name="sessions",
-    kinds={"parquet"},
-)
+@compute_asset(deps=[raw_messages])
 def staged_results(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Each per-session stage's results (collapsed messages, chunks with topics, vectors, summaries) that the
     published snapshot lacks, computed outside the writer (never opens the live file, so many run at once) into
@@ -188,11 +218,6 @@ def staged_results(context: dg.AssetExecutionContext, sessionmem: SessionmemReso
             "staged": dg.MetadataValue.json([str(path) for path in outcome.paths]),
         }
     )
-
-
-def _computed_in_commit(report: StageReport, stage: str) -> dict[str, int]:
-    """What the commit computed itself because no staging file held it (0: everything came from compute)."""
-    return {"computed_in_commit": report.computed_in_commit.get(stage, 0)}
 
 
 @session_asset(deps=[raw_messages, staged_results], group_name="sessions")
@@ -303,6 +328,7 @@ def search_index(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
 
 
 PIPELINE_ASSETS = [
+    staged_parses,
     raw_messages,
     staged_results,
     collapsed_messages,

@@ -35,6 +35,7 @@ from sessionmem_pipeline.defs.assets import (
     search_index,
     session_summaries,
     session_threads,
+    staged_parses,
     staged_results,
 )
 from sessionmem_pipeline.defs.partitions import session_partitions
@@ -48,7 +49,9 @@ from sessionmem_pipeline.stages.summaries import due, pending
 from sessionmem_pipeline.warehouse import Snapshot, open_reader, read_storage_error, snapshot_generation, snapshot_path
 
 SENSOR_SETTINGS = load_settings()  # intervals are fixed when Dagster loads the definitions (spec 000 cron interval)
-INDEX_ASSETS = [raw_messages, staged_results, collapsed_messages, chunks, chunk_embeddings, session_summaries]
+INDEX_ASSETS = [
+    staged_parses, raw_messages, staged_results, collapsed_messages, chunks, chunk_embeddings, session_summaries,
+]
 STAGE_ASSETS = {
     "ingest": raw_messages,
     "collapse": collapsed_messages,

@@ -8,19 +8,21 @@ treated as rewritten and its sessions are replaced whole.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import dataclasses
-import hashlib
-
+from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core import changes
-from sessionmem_pipeline.core.formats import inspect_file
+from sessionmem_pipeline.core.formats import ValidationReport, inspect_file
+from sessionmem_pipeline.core.formats.registry import ON_DISK, Related
 from sessionmem_pipeline.core.models import KIND_MESSAGE, Message, ParsedSession, ParseResult
 from sessionmem_pipeline.core.sanitize import sanitize_session
 from sessionmem_pipeline.stages.discover import SourceFile, file_stat
-from sessionmem_pipeline.stages.privacy import apply_privacy, exclusion_rows, privacy_rules
+from sessionmem_pipeline.core.privacy import Exclusion
+from sessionmem_pipeline.stages.privacy import apply_privacy, exclusion_rows, find_ignore_file, privacy_rules
 from sessionmem_pipeline.stages.registry import INGEST, StageContext
 from sessionmem_pipeline.warehouse import Warehouse, message_row, to_json
 
@@ -40,6 +42,36 @@ class IngestOutcome:
     quarantine_reason: str | None = None
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (session id, why) kept out by privacy rules
     excluded_removed: int = 0  # of those, sessions stored before (an exclusion added since)
+
+
+@dataclass
+class ParsedSource:
+    """A file's bytes as ingest stores them: the validation report, and when the file is valid its sessions that
+    the privacy rules let through (private spans and secrets removed) and the (session id, why) of those kept out.
+    Besides the bytes and the ingest key's settings, it depends only on the files on disk that `opt_outs` names
+    (the sessions' working folders -> the opt-out file found for each)."""
+
+    report: ValidationReport
+    parsed: ParseResult | None
+    excluded: list[tuple[str, Exclusion]] = field(default_factory=list)
+    opt_outs: dict[str | None, str | None] = field(default_factory=dict)
+
+
+StagedParse = Callable[[SourceFile, str], ParsedSource | None]
+"""(source, sha256 of the bytes the commit read) -> the parse staged for exactly those bytes, or None."""
+
+
+def parse_source(source: SourceFile, data: bytes, settings: Settings, related: Related = ON_DISK) -> ParsedSource:
+    """Parse and validate the bytes, apply the privacy rules, redact what is kept: what the commit needs of the
+    file, built from the file alone (no warehouse state), so a compute step can build it outside the writer."""
+    max_bad_share = settings["validation.max_bad_line_share"]
+    report, parsed = inspect_file(source.path, source.root, data, max_bad_share=max_bad_share, related=related)
+    if parsed is None:
+        return ParsedSource(report, None)
+    opt_outs = {session.cwd: find_ignore_file(session.cwd) for session in parsed.sessions}
+    parsed, excluded = apply_privacy(parsed, privacy_rules(settings), opt_outs.__getitem__)
+    sanitized = dataclasses.replace(parsed, sessions=[sanitize_session(s) for s in parsed.sessions])
+    return ParsedSource(report, sanitized, excluded, opt_outs)
 
 
 def _read_prefix(path: str):
@@ -69,9 +101,11 @@ def ingest_file(
     *,
     full: bool = False,
     stored: tuple[changes.IndexedState | None, dict | None] | None = None,
+    staged: StagedParse | None = None,
 ) -> IngestOutcome:
     """Decide what the file needs and do it, in one transaction with the ingest stage's state of its sessions.
-    `stored`: the file's stored state and row, when the caller read a whole scan's in one query.
+    `stored`: the file's stored state and row, when the caller read a whole scan's in one query. `staged`: the
+    file's parse a compute step left for exactly the bytes read here (stages/ingest_staging.py), else None.
 
     A file stored under another ingest key (a new parser, redaction version or privacy setting) is read again
     whole. Sessions the privacy rules exclude are not written (and forgotten if they were stored before); the rest
@@ -110,8 +144,8 @@ def ingest_file(
     if not full and wh.quarantined_sha256(source.path) == sha256:
         outcome.decision = changes.UNCHANGED  # still the same broken file: nothing new to say
         return outcome
-    max_bad_share = ctx.settings["validation.max_bad_line_share"]
-    report, parsed = inspect_file(source.path, source.root, data, max_bad_share=max_bad_share)
+    found = (staged(source, sha256) if staged is not None else None) or parse_source(source, data, ctx.settings)
+    report, parsed, excluded = found.report, found.parsed, found.excluded
     outcome.warnings = list(report.warnings)
     outcome.format = report.format
     if parsed is None:
@@ -119,11 +153,11 @@ def ingest_file(
         outcome.quarantine_reason = report.quarantine_reason
         return outcome
 
-    parsed, excluded = apply_privacy(parsed, privacy_rules(ctx.settings))
     outcome.excluded = [(sid, str(why)) for sid, why in excluded]
     forgotten = wh.forgotten_ids()
-    sessions = [sanitize_session(s) for s in parsed.sessions if s.session_id not in forgotten]
-    sessions = _not_claimed_by_newer_files(wh, sessions, source.path, current)
+    sessions = [s for s in parsed.sessions if s.session_id not in forgotten]
+    owners = wh.session_owners([s.session_id for s in sessions])
+    sessions = _not_claimed_by_newer_files(owners, sessions, source.path, current)
     parsed = dataclasses.replace(parsed, sessions=sessions)
     stored_ids = list(row["session_ids"] or []) if row and previous else []
     outcome.excluded_removed = len({sid for sid, _ in excluded} & set(stored_ids))
@@ -133,7 +167,7 @@ def ingest_file(
             wh.forget_sessions([sid for sid, _ in excluded], _now(), remember=False)  # also publishes the exclusions
         wh.replace("excluded_sessions", "path", [source.path], exclusion_rows([(source.path, s, w) for s, w in excluded]))
         plan = _write_plan(wh, parsed, stored_ids, decision, fingerprints, key, source.path, full=full)
-        wh.delete_sessions(plan.removed + sorted(plan.replaced))
+        wh.delete_sessions(plan.removed + sorted(plan.replaced & owners.keys()))  # a new session has no rows
         for session in parsed.sessions:
             if session.session_id in plan.unchanged:
                 continue
@@ -167,12 +201,15 @@ def ingest_file(
 
 
 def _not_claimed_by_newer_files(
-    wh: Warehouse, sessions: Sequence[ParsedSession], path: str, current: changes.FileStat | None
+    owners: dict[str, tuple[str, int | None]],
+    sessions: Sequence[ParsedSession],
+    path: str,
+    current: changes.FileStat | None,
 ) -> list[ParsedSession]:
     """Leave out sessions last read from another, newer file that is still there (an older export of the same
-    account must not overwrite the newer export's version of a conversation), whatever order files are read in."""
+    account must not overwrite the newer export's version of a conversation), whatever order files are read in.
+    `owners`: the stored sessions' files and their mtimes (`Warehouse.session_owners`)."""
     mtime_ns = current.mtime_ns if current is not None else 0
-    owners = wh.session_owners([s.session_id for s in sessions])
     claimed = {
         session_id
         for session_id, (owner, owner_mtime_ns) in owners.items()

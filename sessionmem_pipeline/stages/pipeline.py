@@ -24,6 +24,7 @@ from sessionmem_pipeline.providers.llm import OpenAIChatModel
 from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
 from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
+from sessionmem_pipeline.stages.ingest_staging import read_parses
 from sessionmem_pipeline.stages.memories import find_memory_files, ingest_memories
 from sessionmem_pipeline.stages.privacy import remove_excluded_sessions
 from sessionmem_pipeline.stages.provider_batches import (
@@ -41,6 +42,7 @@ from sessionmem_pipeline.stages.registry import (
     EMBED,
     GLOBAL,
     INDEX,
+    INGEST,
     INDEX_INPUTS,
     MEMORIES,
     SUMMARIZE,
@@ -164,18 +166,23 @@ def _counter(ctx: StageContext, stage: str, total: int) -> Callable[[int], None]
 
 def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: bool = False) -> None:
     """Each scanned file as its change decision says (new, grown, rewritten, unchanged); files stored under another
-    ingest key are read again. What the scan could not read is recorded, and stored sessions that an exclusion
+    ingest key are read again, each taking the parse a compute step staged for exactly the bytes it reads
+    (stages/ingest_staging.py). What the scan could not read is recorded, and stored sessions that an exclusion
     added since now covers are forgotten (the privacy rules applied to what is already stored)."""
     record_source_problems(ctx.wh, scan)
     report.source_problems += [asdict(p) for p in scan.problems]
     report.excluded += [{"path": path, "reason": str(why)} for path, why in scan.excluded]
     report.files_seen += len(scan.files)
     stored = ctx.wh.source_states([source.path for source in scan.files])
+    parses = read_parses(ctx.settings, ctx.keys[INGEST.name])
     for done, source in enumerate(scan.files, start=1):
-        report.add_ingest(ingest_file(ctx, source, full=full, stored=stored.get(source.path, (None, None))))
+        found = stored.get(source.path, (None, None))
+        report.add_ingest(ingest_file(ctx, source, full=full, stored=found, staged=parses.take))
         if done == 1:
             fault_point("ingest", "in")
         ctx.progress("ingest", done, len(scan.files))
+    report.computed_in_commit[INGEST.name] = report.computed_in_commit.get(INGEST.name, 0) + parses.parsed_here
+    parses.remove_consumed(ctx.partition_keys)
     removed = remove_excluded_sessions(ctx.wh, ctx.settings)
     report.excluded_removed += len(removed)
     report.excluded += [{"session_id": sid, "reason": reason} for sid, reason in removed]

@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from sessionmem_pipeline.config import Settings
@@ -35,8 +35,11 @@ def find_ignore_file(cwd: str | None) -> str | None:
     return next((str(c) for c in ignore_file_candidates(cwd) if os.path.isfile(c)), None)
 
 
-def apply_privacy(parsed: ParseResult, rules: PrivacyRules) -> tuple[ParseResult, list[tuple[str, Exclusion]]]:
-    """The file's sessions that may be stored, and the (session id, why) of those kept out."""
+def apply_privacy(
+    parsed: ParseResult, rules: PrivacyRules, opt_out_file: Callable[[str | None], str | None] = find_ignore_file
+) -> tuple[ParseResult, list[tuple[str, Exclusion]]]:
+    """The file's sessions that may be stored, and the (session id, why) of those kept out; `opt_out_file`: the
+    opt-out file of a working folder (the caller may have looked them up already)."""
     kept, excluded = [], []
     for session in parsed.sessions:
         why = session_exclusion(
@@ -44,7 +47,7 @@ def apply_privacy(parsed: ParseResult, rules: PrivacyRules) -> tuple[ParseResult
             source_path=session.source_path or parsed.path,
             project=session.project,
             cwd=session.cwd,
-            ignore_file=find_ignore_file(session.cwd),
+            ignore_file=opt_out_file(session.cwd),
             messages=session.messages,
         )
         if why:

@@ -235,13 +235,13 @@ def _write_outcome(
         ]
         if rows:
             outcome.computed[stage.name] = len(rows)
-            outcome.paths.append(_write_atomically(staging_folder(settings, stage), pa.Table.from_pylist(rows)))
+            outcome.paths.append(write_atomically(staging_folder(settings, stage), pa.Table.from_pylist(rows)))
     vectors = [] if batch_api_on(settings) else _vector_rows(snapshot, providers.embedder, done)
     if vectors:
         outcome.computed[EMBED.name] = sum(1 for row in vectors if row["vector"] is not None)
         outcome.failed = len(vectors) - outcome.computed[EMBED.name]
         outcome.paths.append(
-            _write_atomically(staging_folder(settings, EMBED), pa.Table.from_pylist(vectors, schema=_VECTOR_SCHEMA))
+            write_atomically(staging_folder(settings, EMBED), pa.Table.from_pylist(vectors, schema=_VECTOR_SCHEMA))
         )
     return outcome
 
@@ -269,7 +269,7 @@ def _vector_rows(snapshot: Snapshot, embedder: Embedder, done: Mapping[str, _Ses
     ]
 
 
-def _write_atomically(folder: Path, table: pa.Table) -> Path:
+def write_atomically(folder: Path, table: pa.Table) -> Path:
     """A reader of the folder sees whole files only: write under a hidden name, then rename."""
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{uuid.uuid4().hex}.parquet"
@@ -307,16 +307,16 @@ def _files(settings: Settings, stage: Stage) -> list[Path]:
     return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
 
 
-def read_results(settings: Settings, stage: Stage, stage_key: str) -> StagedFiles:
-    """Every complete staging file of a stage's per-session results, those built under `stage_key` (the same
-    version, configuration and models as the commit's)."""
+def read_results(settings: Settings, stage: Stage, stage_key: str, unit: str = "session_id") -> StagedFiles:
+    """Every complete staging file of a stage's results per `unit` (a session; ingest's: a file's partition key),
+    those built under `stage_key` (the same version, configuration and models as the commit's)."""
     staged = StagedFiles()
     for path in _files(settings, stage):
         rows = pq.read_table(path).to_pylist()
-        staged.sessions_of_file[path] = {row["session_id"] for row in rows}
+        staged.sessions_of_file[path] = {row[unit] for row in rows}
         for row in rows:
             if row.pop("stage_key") == stage_key:
-                staged.results[(row.pop("session_id"), row.pop("input_fp"))] = row
+                staged.results[(row.pop(unit), row.pop("input_fp"))] = row
     return staged
 
 

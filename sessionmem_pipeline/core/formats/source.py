@@ -165,6 +165,10 @@ def parse_timestamp(value: Any) -> datetime | None:
     return parsed.astimezone(timezone.utc)
 
 
+IMPLAUSIBLY_LATE = "more than a day in the future"
+"""The warning of a timestamp clamped for being late: the only parse result that depends on when it ran."""
+
+
 def clamp_implausible_times(ctx: FileContext, result: ParseResult) -> None:
     """Give messages whose timestamp is implausible (before 2000, or more than a day after now) a clamped one.
 
@@ -181,7 +185,7 @@ def clamp_implausible_times(ctx: FileContext, result: ParseResult) -> None:
                 continue
             clamped = before[index] or after[index]
             original = message.timestamp.isoformat()
-            why = "before 2000" if message.timestamp < EARLIEST_PLAUSIBLE else "more than a day in the future"
+            why = "before 2000" if message.timestamp < EARLIEST_PLAUSIBLE else IMPLAUSIBLY_LATE
             where = f"ordered at {clamped.isoformat()}" if clamped else "kept without a time"
             result.warnings.append(
                 ParseWarning(ctx.path, message.source_line, f"implausible timestamp {original} ({why}); {where}")
