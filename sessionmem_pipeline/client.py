@@ -60,6 +60,8 @@ OVERFETCH of them match (the search among the matching chunks is the fallback wh
 BM25_OVERFETCH_SHARE = 0.5
 """BM25 over-fetches the same way only when at least this share matches: scoped to 20% of 100k chunks it costs
 what over-fetching does (27 vs 28 ms CPU p50), scoped to 80% twice as much (42 vs 22 ms)."""
+FILTER_TABLES = 8
+"""Filters that are not selective whose matching chunks a reader keeps per snapshot (`_filter_table`), at most."""
 
 
 def require_query(query: str) -> str:
@@ -361,6 +363,36 @@ class SessionMemory:
             self._facts[key] = compute(conn)
         return self._facts[key]
 
+    def _searched_before(self) -> bool:
+        """Whether a vector search ran on the open snapshot already (see `_use_index`)."""
+        return self._per_snapshot("vector searches", lambda conn: [0])[0] > 0
+
+    def _filter_table(self, where: str, params: list[Any]) -> str | None:
+        """A temporary table of the chunks a filter keeps, with their BM25 document keys and rows in the HNSW base
+        (`chunk_id`, `doc_key`, `vector_row`), built once per snapshot for a filter that is not selective
+        (`_overfetched`), from the snapshot's second search on (a one-off search would pay more to build it than
+        it saves); None otherwise. BM25 and the index's over-fetch then join it instead of looking up every
+        chunk and document per search (has_decision at 100k chunks: both joined 100k rows of ids)."""
+        if not self._searched_before() or not self._overfetched(where, params, CANDIDATES):
+            return None
+        tables: dict[str, str] = self._per_snapshot("filter tables", lambda conn: {})
+        key = f"{where}:{params!r}"
+        if key not in tables:
+            conn = self.connection()
+            if len(tables) >= FILTER_TABLES:
+                conn.execute(f"DROP TABLE temp.{tables.pop(next(iter(tables)))}")
+            name = f"matching_{abs(hash(key)):x}"
+            conn.execute(
+                f"""CREATE TEMP TABLE {name} AS
+                    SELECT c.chunk_id, d.doc_key, e.rowid AS vector_row FROM chunks c
+                    LEFT JOIN kw_docs d ON d.corpus = 'chunks' AND d.doc_id = c.chunk_id
+                    LEFT JOIN {VECTOR_BASE} e ON e.chunk_id = c.chunk_id
+                    WHERE {where}""",
+                params,
+            )
+            tables[key] = name
+        return f"temp.{tables[key]}"
+
     def _embedded_count(self) -> int:
         """Vectors in the open snapshot."""
         count = "SELECT count(*) FROM chunk_embeddings"
@@ -495,6 +527,9 @@ class SessionMemory:
             kept = [row for row in rows if row[0] in passing]
             if len(kept) >= limit or len(rows) < fetch:
                 return kept[:limit]
+        table = self._filter_table(where, params)
+        if table:
+            return self._keyword_search("chunks", query, limit=limit, scope_keys=f"SELECT doc_key FROM {table}")
         scope = f"SELECT c.chunk_id FROM chunks c WHERE {where}"
         return self._keyword_search("chunks", query, limit=limit, scope=scope, scope_params=params)
 
@@ -532,14 +567,21 @@ class SessionMemory:
         where, params = filters.chunk_sql()
         if where == "TRUE" and indexed:
             return _similarities(conn.execute(_nearest_sql(cast), [vector, limit, vector, limit]).fetchall())
-        fetch = self._overfetched(where, params, limit) if indexed else 0
-        if fetch:
+        table = self._filter_table(where, params) if indexed else None
+        if table:
+            fetch = self._overfetched(where, params, limit)
             fetched = conn.execute(
                 f"""
-                SELECT chunk_id, distance FROM ({_nearest_sql(cast)}) hits JOIN chunks c USING (chunk_id)
-                WHERE {where} ORDER BY distance, chunk_id LIMIT ?
+                SELECT chunk_id, distance FROM (
+                    (SELECT f.chunk_id, hits.distance FROM (
+                        SELECT rowid AS vector_row, array_cosine_distance(embedding, {cast}) AS distance
+                        FROM {VECTOR_BASE} ORDER BY distance LIMIT ?) hits JOIN {table} f USING (vector_row))
+                    UNION ALL
+                    (SELECT chunk_id, array_cosine_distance(embedding, {cast}) + 0 AS distance FROM {VECTOR_DELTA}
+                     WHERE chunk_id IN (SELECT chunk_id FROM {table}))
+                ) ORDER BY distance, chunk_id LIMIT ?
                 """,
-                [vector, fetch, vector, fetch, *params, limit],
+                [vector, fetch, vector, limit],
             ).fetchall()
             if len(fetched) >= limit:
                 return _similarities(fetched)

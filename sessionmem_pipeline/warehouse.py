@@ -1526,10 +1526,12 @@ def keyword_search(
     limit: int,
     scope: str | None = None,
     scope_params: Sequence[Any] = (),
+    scope_keys: str | None = None,
     stats: tuple[int, float] | None = None,
 ) -> list[tuple[str, str | None, float]]:
-    """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) keeps;
-    `stats` are the corpus's `corpus_stats`, which a reader of a snapshot may keep (else counted here).
+    """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) or `scope_keys`
+    (a query of their doc keys, without parameters) keeps; `stats` are the corpus's `corpus_stats`, which a
+    reader of a snapshot may keep (else counted here).
 
     The same scores as DuckDB's fts `match_bm25`, reading only the postings of the query's terms (postings are
     sorted by term, so zone maps skip the rest, and carry their document's length) instead of scoring every row.
@@ -1554,9 +1556,9 @@ def keyword_search(
     common = [int(term_id) for term_id, df in terms if df > COMMON_TERM_SHARE * documents]
     rare = [term_id for term_id in idf if term_id not in common]
     rare_postings = sum(df for term_id, df in terms if int(term_id) in rare)
-    in_scope = (
-        f"AND doc_key IN (SELECT doc_key FROM kw_docs WHERE corpus = ? AND doc_id IN ({scope}))" if scope else ""
-    )
+    if scope:
+        scope_keys = f"SELECT doc_key FROM kw_docs WHERE corpus = ? AND doc_id IN ({scope})"
+    in_scope = f"AND doc_key IN ({scope_keys})" if scope_keys else ""
     params = [*([corpus, *scope_params] if scope else []), limit]
 
     def best(candidates: str) -> list[tuple[str, str | None, float]]:
@@ -1573,7 +1575,7 @@ def keyword_search(
             params,
         ).fetchall()
 
-    if common and rare_postings >= limit and not scope:  # else few candidates would reach the cut: no gain
+    if common and rare_postings >= limit and not scope_keys:  # else few candidates would reach the cut: no gain
         holding_rare = f"AND doc_key IN (SELECT doc_key FROM kw_postings WHERE term_id IN ({', '.join(map(str, rare))}))"
         found = best(holding_rare)
         if len(found) == limit and found[-1][2] >= sum(idf[t] for t in common) * (BM25_K + 1):
