@@ -31,6 +31,7 @@ from sessionmem_pipeline.core.errors import InvalidInputError
 from sessionmem_pipeline.core.timeline import TimelineDay, TimelineSession, default_window, first_line, group_by_day
 from sessionmem_pipeline.core.timewindow import TimeWindow, time_bound, understood_window
 from sessionmem_pipeline.warehouse import (
+    DATABASE,
     VECTOR_BASE,
     VECTOR_DELTA,
     Snapshot,
@@ -290,6 +291,7 @@ class SessionMemory:
             self.settings = settings.with_overrides({"warehouse": str(warehouse)})
         self.warehouse = self.settings.warehouse
         self._conn: duckdb.DuckDBPyConnection | None = None
+        self._second: duckdb.DuckDBPyConnection | None = None  # `_cursor`
         self._opened: tuple[int, int] | None = None
         self._embedder = None
         self._embedding: tuple[Any, str, Future] | None = None  # (embedder, query, its vectors) of this search
@@ -314,8 +316,7 @@ class SessionMemory:
         retrievers take `_search_connection`."""
         identity = self._snapshot_identity()
         if self._conn is None or identity != self._opened:
-            if self._conn is not None:
-                self._conn.close()
+            self._close_connections()
             self._conn = open_reader(self.warehouse, extensions=False) if identity is not None else empty_reader()
             self._conn.execute(f"SET threads = {READER_THREADS}")
             self._opened = identity
@@ -346,10 +347,22 @@ class SessionMemory:
         """False until the first snapshot is published ("nothing indexed yet")."""
         return self._snapshot_identity() is not None
 
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        """A second connection to the open snapshot (its tables, extensions and `memory` database), for a query
+        that runs beside one on `connection()`."""
+        if self._second is None:
+            self._second = self.connection().cursor()
+            self._second.execute(f"USE {DATABASE}")
+        return self._second
+
+    def _close_connections(self) -> None:
+        for conn in (self._second, self._conn):
+            if conn is not None:
+                conn.close()
+        self._second = self._conn = None
+
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._close_connections()
         if self._embedding_thread is not None:
             self._embedding_thread.shutdown()
             self._embedding_thread = None
@@ -368,7 +381,7 @@ class SessionMemory:
         return self._per_snapshot("vector searches", lambda conn: [0])[0] > 0
 
     def _filter_table(self, where: str, params: list[Any]) -> str | None:
-        """A temporary table of the chunks a filter keeps, with their BM25 document keys and rows in the HNSW base
+        """A table of the chunks a filter keeps (in the connection's memory), with their BM25 document keys and rows in the HNSW base
         (`chunk_id`, `doc_key`, `vector_row`), built once per snapshot for a filter that is not selective
         (`_overfetched`), from the snapshot's second search on (a one-off search would pay more to build it than
         it saves); None otherwise. BM25 and the index's over-fetch then join it instead of looking up every
@@ -380,10 +393,10 @@ class SessionMemory:
         if key not in tables:
             conn = self.connection()
             if len(tables) >= FILTER_TABLES:
-                conn.execute(f"DROP TABLE temp.{tables.pop(next(iter(tables)))}")
-            name = f"matching_{abs(hash(key)):x}"
+                conn.execute(f"DROP TABLE {tables.pop(next(iter(tables)))}")
+            name = f"memory.main.matching_{abs(hash(key)):x}"
             conn.execute(
-                f"""CREATE TEMP TABLE {name} AS
+                f"""CREATE TABLE {name} AS
                     SELECT c.chunk_id, d.doc_key, e.rowid AS vector_row FROM chunks c
                     LEFT JOIN kw_docs d ON d.corpus = 'chunks' AND d.doc_id = c.chunk_id
                     LEFT JOIN {VECTOR_BASE} e ON e.chunk_id = c.chunk_id
@@ -391,7 +404,7 @@ class SessionMemory:
                 params,
             )
             tables[key] = name
-        return f"temp.{tables[key]}"
+        return tables[key]
 
     def _embedded_count(self) -> int:
         """Vectors in the open snapshot."""
@@ -549,53 +562,93 @@ class SessionMemory:
         return min(total, math.ceil(limit * OVERFETCH * total / matching))
 
     def vector_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
-        """Chunk ids and cosine similarities to the query, best first.
+        """Chunk ids and cosine similarities to the query, best first (see `_vector_plan`)."""
+        vector = self._query_vector(query)
+        if vector is None:
+            return {}
+        return _similarities(self._vector_plan(filters, limit)(self.connection(), vector))
+
+    def _vector_plan(
+        self, filters: Filters, limit: int
+    ) -> Callable[[duckdb.DuckDBPyConnection, str], list[tuple[str, float]]]:
+        """The nearest `limit` chunks the filters keep, as a function of a connection to the open snapshot and
+        the query's vector literal: decided (and the tables it reads loaded) here, so that it may run on
+        another cursor of the snapshot (`_vectors_meanwhile`).
 
         Plans around the HNSW index's trap: a WHERE filter is applied after its top-k, so a filtered query
         through the index returns too few rows. Unfiltered queries use the index; filtered ones matching many
         chunks and a large share of them (has_decision, about 20%) over-fetch from the index in proportion to
-        that share; selective or small ones (or when the over-fetch is short) scan the matching chunks'
-        vectors exactly (`+ 0` keeps the optimizer from using the index there). A snapshot's first vector
-        search scans exactly (`_use_index`).
+        that share and keep the rows of the filter's table (`_filter_table`); selective or small ones (or when
+        the over-fetch is short) scan the matching chunks' vectors exactly (`+ 0` keeps the optimizer from using
+        the index there). A snapshot's first vector search scans exactly (`_use_index`).
         """
-        vector = self._query_vector(query)
-        if vector is None:
-            return {}
         cast = f"?::FLOAT[{self.embedder().dimensions}]"
         indexed = self._use_index()
-        conn = self._search_connection("vss") if indexed else self.connection()
+        if indexed:
+            self._search_connection("vss")
         where, params = filters.chunk_sql()
-        if where == "TRUE" and indexed:
-            return _similarities(conn.execute(_nearest_sql(cast), [vector, limit, vector, limit]).fetchall())
-        table = self._filter_table(where, params) if indexed else None
-        if table:
-            fetch = self._overfetched(where, params, limit)
-            fetched = conn.execute(
+        table = self._filter_table(where, params) if indexed and where != "TRUE" else None
+        fetch = self._overfetched(where, params, limit) if table else 0
+
+        def nearest(conn: duckdb.DuckDBPyConnection, vector: str) -> list[tuple[str, float]]:
+            if where == "TRUE" and indexed:
+                return conn.execute(_nearest_sql(cast), [vector, limit, vector, limit]).fetchall()
+            if table:
+                fetched = conn.execute(
+                    f"""
+                    SELECT chunk_id, distance FROM (
+                        (SELECT f.chunk_id, hits.distance FROM (
+                            SELECT rowid AS vector_row, array_cosine_distance(embedding, {cast}) AS distance
+                            FROM {VECTOR_BASE} ORDER BY distance LIMIT ?) hits JOIN {table} f USING (vector_row))
+                        UNION ALL
+                        (SELECT chunk_id, array_cosine_distance(embedding, {cast}) + 0 AS distance FROM {VECTOR_DELTA}
+                         WHERE chunk_id IN (SELECT chunk_id FROM {table}))
+                    ) ORDER BY distance, chunk_id LIMIT ?
+                    """,
+                    [vector, fetch, vector, limit],
+                ).fetchall()
+                if len(fetched) >= limit:
+                    return fetched
+            scope = "TRUE" if where == "TRUE" else f"e.chunk_id IN (SELECT c.chunk_id FROM chunks c WHERE {where})"
+            return conn.execute(
                 f"""
                 SELECT chunk_id, distance FROM (
-                    (SELECT f.chunk_id, hits.distance FROM (
-                        SELECT rowid AS vector_row, array_cosine_distance(embedding, {cast}) AS distance
-                        FROM {VECTOR_BASE} ORDER BY distance LIMIT ?) hits JOIN {table} f USING (vector_row))
-                    UNION ALL
-                    (SELECT chunk_id, array_cosine_distance(embedding, {cast}) + 0 AS distance FROM {VECTOR_DELTA}
-                     WHERE chunk_id IN (SELECT chunk_id FROM {table}))
+                    SELECT e.chunk_id, array_cosine_distance(e.embedding, {cast}) + 0 AS distance
+                    FROM chunk_embeddings e WHERE {scope}
                 ) ORDER BY distance, chunk_id LIMIT ?
                 """,
-                [vector, fetch, vector, limit],
+                [vector, *params, limit],
             ).fetchall()
-            if len(fetched) >= limit:
-                return _similarities(fetched)
-        scope = "TRUE" if where == "TRUE" else f"e.chunk_id IN (SELECT c.chunk_id FROM chunks c WHERE {where})"
-        rows = conn.execute(
-            f"""
-            SELECT chunk_id, distance FROM (
-                SELECT e.chunk_id, array_cosine_distance(e.embedding, {cast}) + 0 AS distance FROM chunk_embeddings e
-                WHERE {scope}
-            ) ORDER BY distance, chunk_id LIMIT ?
-            """,
-            [vector, *params, limit],
-        ).fetchall()
-        return _similarities(rows)
+
+        return nearest
+
+    def _vectors_meanwhile(self, query: str, filters: Filters) -> Callable[[], dict[str, float]]:
+        """Start the vector search of `query` on a second cursor of the snapshot, in the embedding thread once the
+        query is embedded, so that it runs while the caller runs BM25 (DuckDB releases the GIL: two cores, the
+        search's wall time is about the longer of the two instead of their sum); returns what waits for it."""
+        pending = self._embed_query(query)
+        if pending is None:
+            return lambda: {}
+        plan = self._vector_plan(filters, CANDIDATES)
+        cursor = self._cursor()
+
+        def search() -> list[tuple[str, float]] | None:
+            try:
+                vector = pending.result()[0]
+            except Exception:  # noqa: BLE001 (the caller's _query_vector says why)
+                return None
+            return plan(cursor, vector_literal(vector))
+
+        job = self._embedding_thread.submit(search)
+
+        def result() -> dict[str, float]:
+            rows = job.result()
+            if rows is None:
+                self._query_vector(query)  # raises, or keyword-only results with a notice
+                return {}
+            return _similarities(rows)
+
+        return result
 
     def search(
         self,
@@ -949,10 +1002,10 @@ class SessionMemory:
     def _fused_chunk_scores(self, query: str, filters: Filters) -> dict[str, float]:
         """Chunk ids and their fused BM25 + vector scores, best first."""
         s = self.settings
-        self._embed_query(query)  # embedding in parallel with BM25
+        nearest = self._vectors_meanwhile(query, filters)
         return fuse_scores(
             self.bm25_ranking(query, filters, CANDIDATES),
-            self.vector_ranking(query, filters, CANDIDATES),
+            nearest(),
             bm25_weight=s["search.bm25_weight"],
             vector_weight=s["search.vector_weight"],
             bm25_limit=CANDIDATES,
