@@ -628,7 +628,7 @@ class SessionMemory:
         search's wall time is about the longer of the two instead of their sum); returns what waits for it."""
         pending = self._embed_query(query)
         if pending is None:
-            return lambda: {}
+            return dict
         plan = self._vector_plan(filters, CANDIDATES)
         cursor = self._cursor()
 
@@ -868,7 +868,7 @@ class SessionMemory:
     def recap(self, *, session_id: str | None = None, project: str | None = None, budget: int = 800):
         """The recap of the given session, or of the latest top-level session (of `project`): what was being
         done, the plan and unfinished work, each line citing its message ids."""
-        from sessionmem_pipeline.core.recap import recap_session
+        from sessionmem_pipeline.recaps import session_recap
 
         require_positive("budget", budget)
         llm = None
@@ -876,26 +876,20 @@ class SessionMemory:
             from sessionmem_pipeline.providers import chat_model_from_settings
 
             llm = chat_model_from_settings(self.settings)
-        reader = Snapshot(self.connection())
         session = self.latest_session(session_id=session_id, project=project)
-        sid = session["session_id"]
-        earlier = reader.query(
-            """SELECT v.embedding FROM session_summaries v JOIN sessions s
-                 ON s.session_id = v.session_id AND s.summary_version = v.version
-               WHERE s.project = ? AND s.session_id <> ? AND v.embedding IS NOT NULL
-                 AND coalesce(s.ended_at, s.started_at) <= coalesce(?::TIMESTAMPTZ, now())""",
-            [session["project"], sid, session["started_at"]],
-        )
-        memories = reader.query("SELECT embedding FROM memories WHERE embedding IS NOT NULL")
-        return recap_session(
-            reader.load_messages(sid),
-            chunks=reader.load_chunks(sid) or None,
-            chunk_vectors=reader.chunk_vectors(sid),
-            memory_vectors=[m["embedding"] for m in memories],
-            earlier_summary_vectors=[e["embedding"] for e in earlier],
-            budget=budget,
-            llm=llm,
-        )
+        return session_recap(Snapshot(self.connection()), session, budget, llm)
+
+    def recap_text(self, session_id: str, *, budget: int = 800) -> str:
+        """`recap(session_id=...).text`, read from the recap the index stage made when it is still current
+        (recaps.py: the session-start hook then loads neither the recap rules nor the tokenizer)."""
+        require_positive("budget", budget)
+        if not self.settings.llm_enabled:
+            from sessionmem_pipeline.recaps import stored_recap_text
+
+            stored = stored_recap_text(Snapshot(self.connection()), session_id, budget)
+            if stored is not None:
+                return stored
+        return self.recap(session_id=session_id, budget=budget).text
 
     # -- the agent tools that change memory (issue 10): through the pipeline's own writer lock or inbox --
 

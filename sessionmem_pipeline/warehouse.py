@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import pyarrow as pa  # imported by the writer only (insert): readers do not pay for it
 
 DATABASE = "wh"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -258,6 +258,9 @@ MIGRATIONS: dict[int, list[str]] = {
         # when the stage keeps it here (a chat reply; vectors go to the embedding cache)
         "CREATE TABLE provider_batch_requests (local_id VARCHAR, custom_id VARCHAR, input_fp VARCHAR, answer VARCHAR)",
     ],
+    8: [  # the session-start hook's recaps, made at index time (recaps.py): the hook then only reads text
+        "CREATE TABLE session_recaps (session_id VARCHAR, budget INTEGER, input_fp VARCHAR, text VARCHAR, built_at TIMESTAMPTZ)",
+    ],
 }
 
 
@@ -466,6 +469,7 @@ SESSION_TABLES = (
     "dropped_messages",
     "embedding_failures",
     "session_summaries",
+    "session_recaps",
     "sessions",
 )
 
@@ -669,6 +673,37 @@ class _Queries:
         session = self.session_row(session_id) or {}
         rows = self.query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq", [session_id])
         return [_message_from_row(r, session.get("project") or "", session.get("cwd")) for r in rows]
+
+    def recap_fingerprints(self, session_ids: Sequence[str], rules: str) -> dict[str, str]:
+        """Per session, a digest of everything its recap is made from (recaps.session_recap): its rows in every
+        stage (their inputs and keys: messages, chunks, vectors, redaction), the summaries of its project's
+        earlier sessions and the curated memories (novelty), and `rules` (the recap's version and budget)."""
+        rows = self.conn.execute(
+            """
+            SELECT w.session_id, md5(concat_ws('|', $rules,
+                (SELECT string_agg(st.stage || '=' || st.input_fp || '/' || st.stage_key, ',' ORDER BY st.stage)
+                 FROM stage_state st WHERE st.session_id = w.session_id),
+                (SELECT string_agg(v.summary_id, ',' ORDER BY v.summary_id) FROM session_summaries v
+                 JOIN sessions s ON s.session_id = v.session_id AND s.summary_version = v.version
+                 WHERE s.project = w.project AND s.session_id <> w.session_id AND v.embedding IS NOT NULL
+                   AND coalesce(s.ended_at, s.started_at) <= coalesce(w.started_at, now())),
+                (SELECT md5(string_agg(memory_id || ':' || content, ',' ORDER BY memory_id, content))
+                 FROM memories WHERE embedding IS NOT NULL)))
+            FROM sessions w WHERE w.session_id IN (SELECT unnest($ids))
+            """,
+            {"rules": rules, "ids": list(session_ids)},
+        ).fetchall()
+        return dict(rows)
+
+    def stored_recap(self, session_id: str, budget: int) -> tuple[str, str] | None:
+        """(input fingerprint, text) of the recap made at index time, if any (none before schema 8)."""
+        try:
+            row = self.conn.execute(
+                "SELECT input_fp, text FROM session_recaps WHERE session_id = ? AND budget = ?", [session_id, budget]
+            ).fetchone()
+        except duckdb.CatalogException:
+            return None
+        return (row[0], row[1]) if row else None
 
     def load_collapsed(self, session_id: str) -> list[CollapsedMessage]:
         rows = self.query("SELECT * FROM collapsed_messages WHERE session_id = ? ORDER BY seq", [session_id])
@@ -1143,6 +1178,35 @@ class Warehouse(_Queries):
             self.conn.execute("ALTER TABLE kw_postings_sorted RENAME TO kw_postings")
             self.set_meta("kw_unsorted_postings", "0")
         return True
+
+    # -- the session-start hook's recaps (recaps.py) --
+
+    def recap_candidates(self, per_project: int) -> list[dict[str, Any]]:
+        """The latest `per_project` top-level sessions of each project, in the order the hook picks them
+        (SessionMemory.latest_session: the latest, or the one before it when the latest is starting now)."""
+        return self.query(
+            """SELECT * EXCLUDE (place) FROM (
+                   SELECT *, row_number() OVER (PARTITION BY project
+                       ORDER BY coalesce(ended_at, started_at) DESC NULLS LAST, session_id) AS place
+                   FROM sessions WHERE parent_session_id IS NULL)
+               WHERE place <= ? ORDER BY session_id""",
+            [per_project],
+        )
+
+    def replace_recaps(self, recaps: Sequence[Mapping[str, Any]], keep: Sequence[str]) -> None:
+        """Store these recaps (session_id, budget, input_fp, text) over any earlier one of their session and
+        budget; drop those of sessions not in `keep` (call inside a transaction)."""
+        with self._values(list(keep) or [""]) as kept:
+            dropped = self.conn.execute(
+                f"DELETE FROM session_recaps WHERE session_id NOT IN (SELECT v FROM {kept})"
+            ).fetchone()[0]
+        for recap in recaps:
+            self.conn.execute(
+                "DELETE FROM session_recaps WHERE session_id = ? AND budget = ?", [recap["session_id"], recap["budget"]]
+            )
+        self.insert("session_recaps", [{**recap, "built_at": datetime.now(UTC)} for recap in recaps])
+        if dropped or recaps:
+            self.bump_generation()
 
     # -- provider batches (stages/provider_batches.py) --
 

@@ -21,6 +21,7 @@ from typing import Any
 from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
 from sessionmem_pipeline.providers.embedders import OpenAIEmbedder
 from sessionmem_pipeline.providers.llm import OpenAIChatModel
+from sessionmem_pipeline.recaps import refresh_recaps
 from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
 from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
@@ -461,6 +462,7 @@ def index(ctx: StageContext, report: StageReport) -> None:
         return
     refresh_search_index(ctx.wh)
     with ctx.wh.transaction():
+        refresh_recaps(ctx.wh)
         ctx.record(INDEX, {GLOBAL: input_fp})
     report.indexed = True
 
