@@ -680,16 +680,25 @@ class _Queries:
         earlier sessions and the curated memories (novelty), and `rules` (the recap's version and budget)."""
         rows = self.conn.execute(
             """
-            SELECT w.session_id, md5(concat_ws('|', $rules,
-                (SELECT string_agg(st.stage || '=' || st.input_fp || '/' || st.stage_key, ',' ORDER BY st.stage)
-                 FROM stage_state st WHERE st.session_id = w.session_id),
-                (SELECT string_agg(v.summary_id, ',' ORDER BY v.summary_id) FROM session_summaries v
-                 JOIN sessions s ON s.session_id = v.session_id AND s.summary_version = v.version
-                 WHERE s.project = w.project AND s.session_id <> w.session_id AND v.embedding IS NOT NULL
-                   AND coalesce(s.ended_at, s.started_at) <= coalesce(w.started_at, now())),
-                (SELECT md5(string_agg(memory_id || ':' || content, ',' ORDER BY memory_id, content))
-                 FROM memories WHERE embedding IS NOT NULL)))
-            FROM sessions w WHERE w.session_id IN (SELECT unnest($ids))
+            WITH wanted AS (
+                SELECT session_id, project, started_at FROM sessions WHERE session_id IN (SELECT unnest($ids))),
+            states AS (
+                SELECT session_id, string_agg(stage || '=' || input_fp || '/' || stage_key, ',' ORDER BY stage) AS fp
+                FROM stage_state WHERE session_id IN (SELECT session_id FROM wanted) GROUP BY session_id),
+            summaries AS (
+                SELECT s.project, s.session_id, v.summary_id, coalesce(s.ended_at, s.started_at) AS moment
+                FROM session_summaries v JOIN sessions s ON s.session_id = v.session_id AND s.summary_version = v.version
+                WHERE v.embedding IS NOT NULL AND s.project IN (SELECT project FROM wanted)),
+            earlier AS (
+                SELECT w.session_id, string_agg(m.summary_id, ',' ORDER BY m.summary_id) AS fp
+                FROM wanted w JOIN summaries m ON m.project = w.project AND m.session_id <> w.session_id
+                 AND m.moment <= coalesce(w.started_at, now())
+                GROUP BY w.session_id),
+            known AS (
+                SELECT md5(coalesce(string_agg(memory_id || ':' || content, ',' ORDER BY memory_id, content), '')) AS fp
+                FROM memories WHERE embedding IS NOT NULL)
+            SELECT w.session_id, md5(concat_ws('|', $rules, coalesce(st.fp, ''), coalesce(e.fp, ''), (FROM known)))
+            FROM wanted w LEFT JOIN states st USING (session_id) LEFT JOIN earlier e USING (session_id)
             """,
             {"rules": rules, "ids": list(session_ids)},
         ).fetchall()
