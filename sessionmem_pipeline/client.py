@@ -527,20 +527,20 @@ class SessionMemory:
         they are every chunk holding a query term), they are exactly the best that pass (one left out scores
         below all of them). Else the search is scoped to the filter, which joins every passing chunk."""
         fetch = self._overfetched(where, params, limit, BM25_OVERFETCH_SHARE)
+        table = self._filter_table(where, params)
         if fetch:
             rows = self._keyword_search("chunks", query, limit=fetch)
+            matching, matching_params = (table, []) if table else (f"(FROM chunks c WHERE {where})", params)
             passing = {
                 r[0]
                 for r in self.connection().execute(
-                    f"SELECT c.chunk_id FROM chunks c WHERE c.chunk_id IN ({sql_string_list([r[0] for r in rows])}) "
-                    f"AND {where}",
-                    params,
+                    f"SELECT chunk_id FROM {matching} WHERE chunk_id IN ({sql_string_list([r[0] for r in rows])})",
+                    matching_params,
                 ).fetchall()
             }
             kept = [row for row in rows if row[0] in passing]
             if len(kept) >= limit or len(rows) < fetch:
                 return kept[:limit]
-        table = self._filter_table(where, params)
         if table:
             return self._keyword_search("chunks", query, limit=limit, scope_keys=f"SELECT doc_key FROM {table}")
         scope = f"SELECT c.chunk_id FROM chunks c WHERE {where}"

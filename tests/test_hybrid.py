@@ -131,16 +131,20 @@ def test_planned_search_matches_an_exact_scan(
     memory.close()
 
 
+@pytest.mark.parametrize("searched", [False, True])  # True: a search before, so the filter's table is kept
 @pytest.mark.parametrize("filters", FILTERS[1:])
 def test_overfetched_bm25_matches_the_search_scoped_to_the_filter(
-    indexed_corpus, monkeypatch: pytest.MonkeyPatch, filters: dict
+    indexed_corpus, monkeypatch: pytest.MonkeyPatch, filters: dict, searched: bool
 ) -> None:
     """BM25 under a filter most chunks pass filters the unfiltered best (forced here for every filter): the same
     chunks and scores as the search scoped to the filter, also when too few pass and it falls back to that."""
     monkeypatch.setattr(client, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(client, "SELECTIVE_SHARE", 0.0)
     monkeypatch.setattr(client, "BM25_OVERFETCH_SHARE", 0.0)
     memory = SessionMemory(settings=indexed_corpus.settings)
     chosen = memory._filters(**filters)
+    if searched:
+        memory.search("deploy", **filters)
     where, params = chosen.chunk_sql()
     for query in ("payment retries backoff", "restore the nightly backup", "deploy"):
         for limit in (1, 3, 150):
