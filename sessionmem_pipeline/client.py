@@ -17,7 +17,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -292,6 +292,7 @@ class SessionMemory:
         self.warehouse = self.settings.warehouse
         self._conn: duckdb.DuckDBPyConnection | None = None
         self._second: duckdb.DuckDBPyConnection | None = None  # `_cursor`
+        self._vector_search: Future | None = None  # `_vectors_meanwhile`'s search on `_second`
         self._opened: tuple[int, int] | None = None
         self._embedder = None
         self._embedding: tuple[Any, str, Future] | None = None  # (embedder, query, its vectors) of this search
@@ -356,6 +357,11 @@ class SessionMemory:
         return self._second
 
     def _close_connections(self) -> None:
+        """Close both connections, once the vector search still running on the second one is done (a newer snapshot
+        may be opened in the middle of a search; closing a connection closes its cursors)."""
+        if self._vector_search is not None:
+            wait([self._vector_search])
+            self._vector_search = None
         for conn in (self._second, self._conn):
             if conn is not None:
                 conn.close()
@@ -639,7 +645,7 @@ class SessionMemory:
                 return None
             return plan(cursor, vector_literal(vector))
 
-        job = self._embedding_thread.submit(search)
+        job = self._vector_search = self._embedding_thread.submit(search)
 
         def result() -> dict[str, float]:
             rows = job.result()
