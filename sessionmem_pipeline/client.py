@@ -12,6 +12,7 @@ raises `InvalidInputError` (a ValueError) with a one-line message the CLI and th
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -195,18 +196,18 @@ def deduplicate(results: Sequence[SearchResult]) -> list[SearchResult]:
     return kept
 
 
-def _nearest_sql(cast: str) -> str:
-    """The nearest chunk vectors: the HNSW index's top over the base, and an exact scan of the small delta of
-    vectors not yet in the index (`+ 0` keeps the optimizer from the index there). Base rows with a NULL chunk
-    id were unlinked (warehouse.delete_vectors) and are dropped after the index's top. Parameters: vector,
-    limit, vector, limit."""
+def _nearest_sql(vector: str, limit: int) -> str:
+    """The nearest `limit` chunk vectors to `vector` (a typed SQL expression): the HNSW index's top over the base,
+    and an exact scan of the small delta of vectors not yet in the index (`+ 0` keeps the optimizer from the index
+    there). Base rows with a NULL chunk id were unlinked (warehouse.delete_vectors) and are dropped after the
+    index's top."""
     return f"""
         SELECT chunk_id, distance FROM (
-            (SELECT chunk_id, array_cosine_distance(embedding, {cast}) AS distance
-             FROM {VECTOR_BASE} ORDER BY distance LIMIT ?)
+            (SELECT chunk_id, array_cosine_distance(embedding, {vector}) AS distance
+             FROM {VECTOR_BASE} ORDER BY distance LIMIT {int(limit)})
             UNION ALL
-            (SELECT chunk_id, array_cosine_distance(embedding, {cast}) + 0 AS distance FROM {VECTOR_DELTA})
-        ) WHERE chunk_id IS NOT NULL ORDER BY distance, chunk_id LIMIT ?"""
+            (SELECT chunk_id, array_cosine_distance(embedding, {vector}) + 0 AS distance FROM {VECTOR_DELTA})
+        ) WHERE chunk_id IS NOT NULL ORDER BY distance, chunk_id LIMIT {int(limit)}"""
 
 
 def _similarities(rows: Sequence[tuple[str, float]]) -> dict[str, float]:
@@ -276,6 +277,25 @@ def reciprocal_rank_fusion(rankings: Sequence[tuple[Sequence[str], float]], k: i
     return scores
 
 
+def _one_snapshot(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a search against one snapshot: whether a newer one was published is looked at once, when it starts (a
+    search asks for its connection about twenty times, and each look is a stat of the snapshot file, 0.15 ms on a
+    busy disk)."""
+
+    @functools.wraps(method)
+    def pinned(self: SessionMemory, *args: Any, **kwargs: Any) -> Any:
+        outer = self._pinned
+        if not outer:
+            self.connection()
+            self._pinned = True
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._pinned = outer
+
+    return pinned
+
+
 class SessionMemory:
     """Search the memory built by `sessionmem index` or the Dagster job."""
 
@@ -292,6 +312,7 @@ class SessionMemory:
         self.warehouse = self.settings.warehouse
         self._conn: duckdb.DuckDBPyConnection | None = None
         self._second: duckdb.DuckDBPyConnection | None = None  # `_cursor`
+        self._pinned = False  # inside a search: the snapshot it started with (`_one_snapshot`)
         self._vector_search: Future | None = None  # `_vectors_meanwhile`'s search on `_second`
         self._opened: tuple[int, int] | None = None
         self._embedder = None
@@ -315,6 +336,8 @@ class SessionMemory:
         """The reader connection, reopened when a newer snapshot has been published; before the first one, an
         empty warehouse, so every call answers empty while the first index runs. It reads plain tables: the
         retrievers take `_search_connection`."""
+        if self._pinned and self._conn is not None:
+            return self._conn
         identity = self._snapshot_identity()
         if self._conn is None or identity != self._opened:
             self._close_connections()
@@ -588,7 +611,7 @@ class SessionMemory:
         the over-fetch is short) scan the matching chunks' vectors exactly (`+ 0` keeps the optimizer from using
         the index there). A snapshot's first vector search scans exactly (`_use_index`).
         """
-        cast = f"?::FLOAT[{self.embedder().dimensions}]"
+        dimensions = self.embedder().dimensions
         indexed = self._use_index()
         if indexed:
             self._search_connection("vss")
@@ -597,21 +620,21 @@ class SessionMemory:
         fetch = self._overfetched(where, params, limit) if table else 0
 
         def nearest(conn: duckdb.DuckDBPyConnection, vector: str) -> list[tuple[str, float]]:
+            cast = f"'{vector}'::FLOAT[{dimensions}]"  # literals: DuckDB looks for pandas for every bound value
             if where == "TRUE" and indexed:
-                return conn.execute(_nearest_sql(cast), [vector, limit, vector, limit]).fetchall()
+                return conn.execute(_nearest_sql(cast, limit)).fetchall()
             if table:
                 fetched = conn.execute(
                     f"""
                     SELECT chunk_id, distance FROM (
                         (SELECT f.chunk_id, hits.distance FROM (
                             SELECT rowid AS vector_row, array_cosine_distance(embedding, {cast}) AS distance
-                            FROM {VECTOR_BASE} ORDER BY distance LIMIT ?) hits JOIN {table} f USING (vector_row))
+                            FROM {VECTOR_BASE} ORDER BY distance LIMIT {int(fetch)}) hits JOIN {table} f USING (vector_row))
                         UNION ALL
                         (SELECT chunk_id, array_cosine_distance(embedding, {cast}) + 0 AS distance FROM {VECTOR_DELTA}
                          WHERE chunk_id IN (SELECT chunk_id FROM {table}))
-                    ) ORDER BY distance, chunk_id LIMIT ?
-                    """,
-                    [vector, fetch, vector, limit],
+                    ) ORDER BY distance, chunk_id LIMIT {int(limit)}
+                    """
                 ).fetchall()
                 if len(fetched) >= limit:
                     return fetched
@@ -621,9 +644,9 @@ class SessionMemory:
                 SELECT chunk_id, distance FROM (
                     SELECT e.chunk_id, array_cosine_distance(e.embedding, {cast}) + 0 AS distance
                     FROM chunk_embeddings e WHERE {scope}
-                ) ORDER BY distance, chunk_id LIMIT ?
+                ) ORDER BY distance, chunk_id LIMIT {int(limit)}
                 """,
-                [vector, *params, limit],
+                params,
             ).fetchall()
 
         return nearest
@@ -656,6 +679,7 @@ class SessionMemory:
 
         return result
 
+    @_one_snapshot
     def search(
         self,
         query: str,
@@ -715,6 +739,7 @@ class SessionMemory:
 
     # -- sessions, two-stage recall, memories, recap --
 
+    @_one_snapshot
     def search_sessions(self, query: str, *, limit: int = 3, **filters: Any) -> list[SessionResult]:
         """Sessions whose latest summary best matches `query` (hybrid BM25 + vector over summaries)."""
         require_query(query)
@@ -779,6 +804,7 @@ class SessionMemory:
             )
         return results
 
+    @_one_snapshot
     def recall(self, query: str, *, sessions: int = 3, limit: int = 5, **filters: Any) -> list[SearchResult]:
         """Two-stage retrieval: the best sessions by summary first, then chunk search in which chunks of those
         sessions get a boost (`search.session_boost`) and chunks found only inside them join the candidates.
@@ -806,6 +832,7 @@ class SessionMemory:
         self._log("recall", started, len(results))
         return results
 
+    @_one_snapshot
     def search_memories(self, query: str, *, limit: int = 5) -> list[MemoryResult]:
         """Curated memories (what agents chose to remember), hybrid BM25 + vector, importance as a tie-breaker.
         Memories `remember` put in the inbox since the last index are searched too (keywords and vectors)."""
