@@ -409,13 +409,17 @@ class SessionMemory:
         """Whether a vector search ran on the open snapshot already (see `_use_index`)."""
         return self._per_snapshot("vector searches", lambda conn: [0])[0] > 0
 
-    def _filter_table(self, where: str, params: list[Any]) -> str | None:
+    def _filter_table(self, filters: Filters) -> str | None:
         """A table of the chunks a filter keeps (in the connection's memory), with their BM25 document keys and rows in the HNSW base
         (`chunk_id`, `doc_key`, `vector_row`), built once per snapshot for a filter that is not selective
         (`_overfetched`), from the snapshot's second search on (a one-off search would pay more to build it than
         it saves); None otherwise. BM25 and the index's over-fetch then join it instead of looking up every
-        chunk and document per search (has_decision at 100k chunks: both joined 100k rows of ids)."""
-        if not self._searched_before() or not self._overfetched(where, params, CANDIDATES):
+        chunk and document per search (has_decision at 100k chunks: both joined 100k rows of ids). Not for a time
+        window: its bounds move from search to search ("last month" against the clock)."""
+        if filters.after is not None or filters.before is not None or not self._searched_before():
+            return None
+        where, params = filters.chunk_sql()
+        if not self._overfetched(where, params, CANDIDATES):
             return None
         tables: dict[str, str] = self._per_snapshot("filter tables", lambda conn: {})
         key = f"{where}:{params!r}"
@@ -538,25 +542,23 @@ class SessionMemory:
     def bm25_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
         """Chunk ids and BM25 scores, best first (each chunk read with the end of the one before it, see
         warehouse.KEYWORD_CORPORA)."""
-        where, params = filters.chunk_sql()
         try:
-            if where == "TRUE":
+            if filters.chunk_sql()[0] == "TRUE":
                 rows = self._keyword_search("chunks", query, limit=limit)
             else:
-                rows = self._filtered_bm25(query, where, params, limit)
+                rows = self._filtered_bm25(query, filters, limit)
         except duckdb.CatalogException:
             return {}  # a snapshot from before the keyword index: `sessionmem index` builds it
         return {chunk_id: score for chunk_id, _, score in rows}
 
-    def _filtered_bm25(
-        self, query: str, where: str, params: list[Any], limit: int
-    ) -> list[tuple[str, str | None, float]]:
+    def _filtered_bm25(self, query: str, filters: Filters, limit: int) -> list[tuple[str, str | None, float]]:
         """The best `limit` chunks the filter keeps. When it keeps most of them (`_overfetched`), the best
         unfiltered limit x OVERFETCH / share are checked against it first: if at least `limit` of them pass (or
         they are every chunk holding a query term), they are exactly the best that pass (one left out scores
         below all of them). Else the search is scoped to the filter, which joins every passing chunk."""
+        where, params = filters.chunk_sql()
         fetch = self._overfetched(where, params, limit, BM25_OVERFETCH_SHARE)
-        table = self._filter_table(where, params)
+        table = self._filter_table(filters)
         if fetch:
             rows = self._keyword_search("chunks", query, limit=fetch)
             matching, matching_params = (table, []) if table else (f"(FROM chunks c WHERE {where})", params)
@@ -607,7 +609,8 @@ class SessionMemory:
         Plans around the HNSW index's trap: a WHERE filter is applied after its top-k, so a filtered query
         through the index returns too few rows. Unfiltered queries use the index; filtered ones matching many
         chunks and a large share of them (has_decision, about 20%) over-fetch from the index in proportion to
-        that share and keep the rows of the filter's table (`_filter_table`); selective or small ones (or when
+        that share and keep those the filter's table holds (`_filter_table`; without one, those of the chunks
+        the filter keeps); selective or small ones (or when
         the over-fetch is short) scan the matching chunks' vectors exactly (`+ 0` keeps the optimizer from using
         the index there). A snapshot's first vector search scans exactly (`_use_index`).
         """
@@ -616,8 +619,8 @@ class SessionMemory:
         if indexed:
             self._search_connection("vss")
         where, params = filters.chunk_sql()
-        table = self._filter_table(where, params) if indexed and where != "TRUE" else None
-        fetch = self._overfetched(where, params, limit) if table else 0
+        fetch = self._overfetched(where, params, limit) if indexed and where != "TRUE" else 0
+        table = self._filter_table(filters) if fetch else None
 
         def nearest(conn: duckdb.DuckDBPyConnection, vector: str) -> list[tuple[str, float]]:
             cast = f"'{vector}'::FLOAT[{dimensions}]"  # literals: DuckDB looks for pandas for every bound value
@@ -636,8 +639,16 @@ class SessionMemory:
                     ) ORDER BY distance, chunk_id LIMIT {int(limit)}
                     """
                 ).fetchall()
-                if len(fetched) >= limit:
-                    return fetched
+            elif fetch:
+                fetched = conn.execute(
+                    f"""
+                    SELECT chunk_id, distance FROM ({_nearest_sql(cast, fetch)}) hits JOIN chunks c USING (chunk_id)
+                    WHERE {where} ORDER BY distance, chunk_id LIMIT {int(limit)}
+                    """,
+                    params,
+                ).fetchall()
+            if fetch and len(fetched) >= limit:
+                return fetched
             scope = "TRUE" if where == "TRUE" else f"e.chunk_id IN (SELECT c.chunk_id FROM chunks c WHERE {where})"
             return conn.execute(
                 f"""
