@@ -410,12 +410,12 @@ class SessionMemory:
         return self._per_snapshot("vector searches", lambda conn: [0])[0] > 0
 
     def _filter_table(self, filters: Filters) -> str | None:
-        """A table of the chunks a filter keeps (in the connection's memory), with their BM25 document keys and rows in the HNSW base
-        (`chunk_id`, `doc_key`, `vector_row`), built once per snapshot for a filter that is not selective
-        (`_overfetched`), from the snapshot's second search on (a one-off search would pay more to build it than
-        it saves); None otherwise. BM25 and the index's over-fetch then join it instead of looking up every
-        chunk and document per search (has_decision at 100k chunks: both joined 100k rows of ids). Not for a time
-        window: its bounds move from search to search ("last month" against the clock)."""
+        """A table (in the connection's memory) of the chunks a filter keeps, with their BM25 document keys and
+        rows in the HNSW base (`chunk_id`, `doc_key`, `vector_row`), built once per snapshot for a filter that is
+        not selective (`_overfetched`), from the snapshot's second search on (a one-off search would pay more to
+        build it than it saves); None otherwise. BM25 and the index's over-fetch then join it instead of looking
+        up every chunk and document per search (has_decision at 100k chunks: both joined 100k rows of ids). Not
+        for a time window: its bounds move from search to search ("last month" against the clock)."""
         if filters.after is not None or filters.before is not None or not self._searched_before():
             return None
         where, params = filters.chunk_sql()
@@ -610,9 +610,9 @@ class SessionMemory:
         through the index returns too few rows. Unfiltered queries use the index; filtered ones matching many
         chunks and a large share of them (has_decision, about 20%) over-fetch from the index in proportion to
         that share and keep those the filter's table holds (`_filter_table`; without one, those of the chunks
-        the filter keeps); selective or small ones (or when
-        the over-fetch is short) scan the matching chunks' vectors exactly (`+ 0` keeps the optimizer from using
-        the index there). A snapshot's first vector search scans exactly (`_use_index`).
+        the filter keeps); selective or small ones (or when the over-fetch is short) scan the matching chunks'
+        vectors exactly (`+ 0` keeps the optimizer from using the index there). A snapshot's first vector search
+        scans exactly (`_use_index`).
         """
         dimensions = self.embedder().dimensions
         indexed = self._use_index()
@@ -632,7 +632,8 @@ class SessionMemory:
                     SELECT chunk_id, distance FROM (
                         (SELECT f.chunk_id, hits.distance FROM (
                             SELECT rowid AS vector_row, array_cosine_distance(embedding, {cast}) AS distance
-                            FROM {VECTOR_BASE} ORDER BY distance LIMIT {int(fetch)}) hits JOIN {table} f USING (vector_row))
+                            FROM {VECTOR_BASE} ORDER BY distance LIMIT {int(fetch)}
+                        ) hits JOIN {table} f USING (vector_row))
                         UNION ALL
                         (SELECT chunk_id, array_cosine_distance(embedding, {cast}) + 0 AS distance FROM {VECTOR_DELTA}
                          WHERE chunk_id IN (SELECT chunk_id FROM {table}))
