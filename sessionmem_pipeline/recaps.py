@@ -24,8 +24,9 @@ HOOK_BUDGET = 800
 """The hook's default budget (cl100k tokens; core.recap.DEFAULT_BUDGET, not imported here: the hook does not load
 the recap rules when the stored recap answers)."""
 RECAP_RULES = "1"
-"""The version of what a recap is made by (core.recap, core.ending, the tokenizer): bump it when a change there
-alters a recap's text, so stored recaps are made again (and not used meanwhile)."""
+"""The version of what a recap is made by (core.recap, core.ending, the tokenizer) and of its fingerprint: bump it
+when a change there alters a recap's text or what the fingerprint covers, so stored recaps are not used and the
+next run's index stage makes them again."""
 PER_PROJECT = 2
 """Sessions per project whose recaps are kept: the latest, and the one before it for a hook whose own session
 (`exclude`) is already indexed as the latest."""
@@ -33,6 +34,10 @@ PER_PROJECT = 2
 
 def rules(budget: int) -> str:
     return f"{RECAP_RULES}/{budget}"
+
+
+RECAPS_MADE_BY = rules(HOOK_BUDGET)
+"""What the index stage's recaps are made by: part of that stage's input, so a new RECAP_RULES makes them again."""
 
 
 def session_recap(reader: _Queries, session: Mapping[str, Any], budget: int, llm: ChatModel | None = None) -> Recap:
@@ -73,7 +78,7 @@ def refresh_recaps(wh: Warehouse) -> int:
     """Make the hook's recaps whose inputs changed, for the latest PER_PROJECT sessions of each project, and drop
     the others (call inside a transaction). Returns how many were made."""
     sessions = wh.recap_candidates(PER_PROJECT)
-    fingerprints = wh.recap_fingerprints([s["session_id"] for s in sessions], rules(HOOK_BUDGET))
+    fingerprints = wh.recap_fingerprints([s["session_id"] for s in sessions], RECAPS_MADE_BY)
     made = []
     for session in sessions:
         sid = session["session_id"]
