@@ -597,10 +597,10 @@ def cmd_hook(args: argparse.Namespace) -> int:
         memory = SessionMemory(settings=_settings(args))
         cwd = payload.get("cwd") or str(Path.cwd())
         previous = memory.latest_session(project=Path(cwd).name, exclude=payload.get("session_id"))
-        recap = memory.recap(session_id=previous["session_id"], budget=args.budget)
+        recap = memory.recap_text(previous["session_id"], budget=args.budget)
     except Exception:  # noqa: BLE001 (a hook must never break the session it runs in)
         return 0
-    context = f"Recap of the previous session in this project ({previous['session_id']}):\n\n{recap.text}"
+    context = f"Recap of the previous session in this project ({previous['session_id']}):\n\n{recap}"
     print(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}}))
     return 0
 

@@ -12,12 +12,13 @@ raises `InvalidInputError` (a ValueError) with a one-line message the CLI and th
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -31,6 +32,7 @@ from sessionmem_pipeline.core.errors import InvalidInputError
 from sessionmem_pipeline.core.timeline import TimelineDay, TimelineSession, default_window, first_line, group_by_day
 from sessionmem_pipeline.core.timewindow import TimeWindow, time_bound, understood_window
 from sessionmem_pipeline.warehouse import (
+    DATABASE,
     VECTOR_BASE,
     VECTOR_DELTA,
     Snapshot,
@@ -60,6 +62,8 @@ OVERFETCH of them match (the search among the matching chunks is the fallback wh
 BM25_OVERFETCH_SHARE = 0.5
 """BM25 over-fetches the same way only when at least this share matches: scoped to 20% of 100k chunks it costs
 what over-fetching does (27 vs 28 ms CPU p50), scoped to 80% twice as much (42 vs 22 ms)."""
+FILTER_TABLES = 8
+"""Filters that are not selective whose matching chunks a reader keeps per snapshot (`_filter_table`), at most."""
 
 
 def require_query(query: str) -> str:
@@ -192,18 +196,18 @@ def deduplicate(results: Sequence[SearchResult]) -> list[SearchResult]:
     return kept
 
 
-def _nearest_sql(cast: str) -> str:
-    """The nearest chunk vectors: the HNSW index's top over the base, and an exact scan of the small delta of
-    vectors not yet in the index (`+ 0` keeps the optimizer from the index there). Base rows with a NULL chunk
-    id were unlinked (warehouse.delete_vectors) and are dropped after the index's top. Parameters: vector,
-    limit, vector, limit."""
+def _nearest_sql(vector: str, limit: int) -> str:
+    """The nearest `limit` chunk vectors to `vector` (a typed SQL expression): the HNSW index's top over the base,
+    and an exact scan of the small delta of vectors not yet in the index (`+ 0` keeps the optimizer from the index
+    there). Base rows with a NULL chunk id were unlinked (warehouse.delete_vectors) and are dropped after the
+    index's top."""
     return f"""
         SELECT chunk_id, distance FROM (
-            (SELECT chunk_id, array_cosine_distance(embedding, {cast}) AS distance
-             FROM {VECTOR_BASE} ORDER BY distance LIMIT ?)
+            (SELECT chunk_id, array_cosine_distance(embedding, {vector}) AS distance
+             FROM {VECTOR_BASE} ORDER BY distance LIMIT {int(limit)})
             UNION ALL
-            (SELECT chunk_id, array_cosine_distance(embedding, {cast}) + 0 AS distance FROM {VECTOR_DELTA})
-        ) WHERE chunk_id IS NOT NULL ORDER BY distance, chunk_id LIMIT ?"""
+            (SELECT chunk_id, array_cosine_distance(embedding, {vector}) + 0 AS distance FROM {VECTOR_DELTA})
+        ) WHERE chunk_id IS NOT NULL ORDER BY distance, chunk_id LIMIT {int(limit)}"""
 
 
 def _similarities(rows: Sequence[tuple[str, float]]) -> dict[str, float]:
@@ -273,6 +277,25 @@ def reciprocal_rank_fusion(rankings: Sequence[tuple[Sequence[str], float]], k: i
     return scores
 
 
+def _one_snapshot(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a search against one snapshot: whether a newer one was published is looked at once, when it starts (a
+    search asks for its connection about twenty times, and each look is a stat of the snapshot file, 0.15 ms on a
+    busy disk)."""
+
+    @functools.wraps(method)
+    def pinned(self: SessionMemory, *args: Any, **kwargs: Any) -> Any:
+        outer = self._pinned
+        if not outer:
+            self.connection()
+            self._pinned = True
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._pinned = outer
+
+    return pinned
+
+
 class SessionMemory:
     """Search the memory built by `sessionmem index` or the Dagster job."""
 
@@ -288,6 +311,9 @@ class SessionMemory:
             self.settings = settings.with_overrides({"warehouse": str(warehouse)})
         self.warehouse = self.settings.warehouse
         self._conn: duckdb.DuckDBPyConnection | None = None
+        self._second: duckdb.DuckDBPyConnection | None = None  # `_cursor`
+        self._pinned = False  # inside a search: the snapshot it started with (`_one_snapshot`)
+        self._vector_search: Future | None = None  # `_vectors_meanwhile`'s search on `_second`
         self._opened: tuple[int, int] | None = None
         self._embedder = None
         self._embedding: tuple[Any, str, Future] | None = None  # (embedder, query, its vectors) of this search
@@ -310,10 +336,11 @@ class SessionMemory:
         """The reader connection, reopened when a newer snapshot has been published; before the first one, an
         empty warehouse, so every call answers empty while the first index runs. It reads plain tables: the
         retrievers take `_search_connection`."""
+        if self._pinned and self._conn is not None:
+            return self._conn
         identity = self._snapshot_identity()
         if self._conn is None or identity != self._opened:
-            if self._conn is not None:
-                self._conn.close()
+            self._close_connections()
             self._conn = open_reader(self.warehouse, extensions=False) if identity is not None else empty_reader()
             self._conn.execute(f"SET threads = {READER_THREADS}")
             self._opened = identity
@@ -344,10 +371,27 @@ class SessionMemory:
         """False until the first snapshot is published ("nothing indexed yet")."""
         return self._snapshot_identity() is not None
 
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        """A second connection to the open snapshot (its tables, extensions and `memory` database), for a query
+        that runs beside one on `connection()`."""
+        if self._second is None:
+            self._second = self.connection().cursor()
+            self._second.execute(f"USE {DATABASE}")
+        return self._second
+
+    def _close_connections(self) -> None:
+        """Close both connections, once the vector search still running on the second one is done (a newer snapshot
+        may be opened in the middle of a search; closing a connection closes its cursors)."""
+        if self._vector_search is not None:
+            wait([self._vector_search])
+            self._vector_search = None
+        for conn in (self._second, self._conn):
+            if conn is not None:
+                conn.close()
+        self._second = self._conn = None
+
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._close_connections()
         if self._embedding_thread is not None:
             self._embedding_thread.shutdown()
             self._embedding_thread = None
@@ -360,6 +404,40 @@ class SessionMemory:
         if key not in self._facts:
             self._facts[key] = compute(conn)
         return self._facts[key]
+
+    def _searched_before(self) -> bool:
+        """Whether a vector search ran on the open snapshot already (see `_use_index`)."""
+        return self._per_snapshot("vector searches", lambda conn: [0])[0] > 0
+
+    def _filter_table(self, filters: Filters) -> str | None:
+        """A table (in the connection's memory) of the chunks a filter keeps, with their BM25 document keys and
+        rows in the HNSW base (`chunk_id`, `doc_key`, `vector_row`), built once per snapshot for a filter that is
+        not selective (`_overfetched`), from the snapshot's second search on (a one-off search would pay more to
+        build it than it saves); None otherwise. BM25 and the index's over-fetch then join it instead of looking
+        up every chunk and document per search (has_decision at 100k chunks: both joined 100k rows of ids). Not
+        for a time window: its bounds move from search to search ("last month" against the clock)."""
+        if filters.after is not None or filters.before is not None or not self._searched_before():
+            return None
+        where, params = filters.chunk_sql()
+        if not self._overfetched(where, params, CANDIDATES):
+            return None
+        tables: dict[str, str] = self._per_snapshot("filter tables", lambda conn: {})
+        key = f"{where}:{params!r}"
+        if key not in tables:
+            conn = self.connection()
+            if len(tables) >= FILTER_TABLES:
+                conn.execute(f"DROP TABLE {tables.pop(next(iter(tables)))}")
+            name = f"memory.main.matching_{abs(hash(key)):x}"
+            conn.execute(
+                f"""CREATE TABLE {name} AS
+                    SELECT c.chunk_id, d.doc_key, e.rowid AS vector_row FROM chunks c
+                    LEFT JOIN kw_docs d ON d.corpus = 'chunks' AND d.doc_id = c.chunk_id
+                    LEFT JOIN {VECTOR_BASE} e ON e.chunk_id = c.chunk_id
+                    WHERE {where}""",
+                params,
+            )
+            tables[key] = name
+        return tables[key]
 
     def _embedded_count(self) -> int:
         """Vectors in the open snapshot."""
@@ -464,37 +542,38 @@ class SessionMemory:
     def bm25_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
         """Chunk ids and BM25 scores, best first (each chunk read with the end of the one before it, see
         warehouse.KEYWORD_CORPORA)."""
-        where, params = filters.chunk_sql()
         try:
-            if where == "TRUE":
+            if filters.chunk_sql()[0] == "TRUE":
                 rows = self._keyword_search("chunks", query, limit=limit)
             else:
-                rows = self._filtered_bm25(query, where, params, limit)
+                rows = self._filtered_bm25(query, filters, limit)
         except duckdb.CatalogException:
             return {}  # a snapshot from before the keyword index: `sessionmem index` builds it
         return {chunk_id: score for chunk_id, _, score in rows}
 
-    def _filtered_bm25(
-        self, query: str, where: str, params: list[Any], limit: int
-    ) -> list[tuple[str, str | None, float]]:
+    def _filtered_bm25(self, query: str, filters: Filters, limit: int) -> list[tuple[str, str | None, float]]:
         """The best `limit` chunks the filter keeps. When it keeps most of them (`_overfetched`), the best
         unfiltered limit x OVERFETCH / share are checked against it first: if at least `limit` of them pass (or
         they are every chunk holding a query term), they are exactly the best that pass (one left out scores
         below all of them). Else the search is scoped to the filter, which joins every passing chunk."""
+        where, params = filters.chunk_sql()
         fetch = self._overfetched(where, params, limit, BM25_OVERFETCH_SHARE)
+        table = self._filter_table(filters)
         if fetch:
             rows = self._keyword_search("chunks", query, limit=fetch)
+            matching, matching_params = (table, []) if table else (f"(FROM chunks c WHERE {where})", params)
             passing = {
                 r[0]
                 for r in self.connection().execute(
-                    f"SELECT c.chunk_id FROM chunks c WHERE c.chunk_id IN ({sql_string_list([r[0] for r in rows])}) "
-                    f"AND {where}",
-                    params,
+                    f"SELECT chunk_id FROM {matching} WHERE chunk_id IN ({sql_string_list([r[0] for r in rows])})",
+                    matching_params,
                 ).fetchall()
             }
             kept = [row for row in rows if row[0] in passing]
             if len(kept) >= limit or len(rows) < fetch:
                 return kept[:limit]
+        if table:
+            return self._keyword_search("chunks", query, limit=limit, scope_keys=f"SELECT doc_key FROM {table}")
         scope = f"SELECT c.chunk_id FROM chunks c WHERE {where}"
         return self._keyword_search("chunks", query, limit=limit, scope=scope, scope_params=params)
 
@@ -514,47 +593,105 @@ class SessionMemory:
         return min(total, math.ceil(limit * OVERFETCH * total / matching))
 
     def vector_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
-        """Chunk ids and cosine similarities to the query, best first.
+        """Chunk ids and cosine similarities to the query, best first (see `_vector_plan`)."""
+        vector = self._query_vector(query)
+        if vector is None:
+            return {}
+        return _similarities(self._vector_plan(filters, limit)(self.connection(), vector))
+
+    def _vector_plan(
+        self, filters: Filters, limit: int
+    ) -> Callable[[duckdb.DuckDBPyConnection, str], list[tuple[str, float]]]:
+        """The nearest `limit` chunks the filters keep, as a function of a connection to the open snapshot and
+        the query's vector literal: decided (and the tables it reads loaded) here, so that it may run on
+        another cursor of the snapshot (`_vectors_meanwhile`).
 
         Plans around the HNSW index's trap: a WHERE filter is applied after its top-k, so a filtered query
         through the index returns too few rows. Unfiltered queries use the index; filtered ones matching many
         chunks and a large share of them (has_decision, about 20%) over-fetch from the index in proportion to
-        that share; selective or small ones (or when the over-fetch is short) scan the matching chunks'
-        vectors exactly (`+ 0` keeps the optimizer from using the index there). A snapshot's first vector
-        search scans exactly (`_use_index`).
+        that share and keep those the filter's table holds (`_filter_table`; without one, those of the chunks
+        the filter keeps); selective or small ones (or when the over-fetch is short) scan the matching chunks'
+        vectors exactly (`+ 0` keeps the optimizer from using the index there). A snapshot's first vector search
+        scans exactly (`_use_index`).
         """
-        vector = self._query_vector(query)
-        if vector is None:
-            return {}
-        cast = f"?::FLOAT[{self.embedder().dimensions}]"
+        dimensions = self.embedder().dimensions
         indexed = self._use_index()
-        conn = self._search_connection("vss") if indexed else self.connection()
+        if indexed:
+            self._search_connection("vss")
         where, params = filters.chunk_sql()
-        if where == "TRUE" and indexed:
-            return _similarities(conn.execute(_nearest_sql(cast), [vector, limit, vector, limit]).fetchall())
-        fetch = self._overfetched(where, params, limit) if indexed else 0
-        if fetch:
-            fetched = conn.execute(
-                f"""
-                SELECT chunk_id, distance FROM ({_nearest_sql(cast)}) hits JOIN chunks c USING (chunk_id)
-                WHERE {where} ORDER BY distance, chunk_id LIMIT ?
-                """,
-                [vector, fetch, vector, fetch, *params, limit],
-            ).fetchall()
-            if len(fetched) >= limit:
-                return _similarities(fetched)
-        scope = "TRUE" if where == "TRUE" else f"e.chunk_id IN (SELECT c.chunk_id FROM chunks c WHERE {where})"
-        rows = conn.execute(
-            f"""
-            SELECT chunk_id, distance FROM (
-                SELECT e.chunk_id, array_cosine_distance(e.embedding, {cast}) + 0 AS distance FROM chunk_embeddings e
-                WHERE {scope}
-            ) ORDER BY distance, chunk_id LIMIT ?
-            """,
-            [vector, *params, limit],
-        ).fetchall()
-        return _similarities(rows)
+        fetch = self._overfetched(where, params, limit) if indexed and where != "TRUE" else 0
+        table = self._filter_table(filters) if fetch else None
 
+        def nearest(conn: duckdb.DuckDBPyConnection, vector: str) -> list[tuple[str, float]]:
+            cast = f"'{vector}'::FLOAT[{dimensions}]"  # literals: DuckDB looks for pandas for every bound value
+            if where == "TRUE" and indexed:
+                return conn.execute(_nearest_sql(cast, limit)).fetchall()
+            if table:
+                fetched = conn.execute(
+                    f"""
+                    SELECT chunk_id, distance FROM (
+                        (SELECT f.chunk_id, hits.distance FROM (
+                            SELECT rowid AS vector_row, array_cosine_distance(embedding, {cast}) AS distance
+                            FROM {VECTOR_BASE} ORDER BY distance LIMIT {int(fetch)}
+                        ) hits JOIN {table} f USING (vector_row))
+                        UNION ALL
+                        (SELECT chunk_id, array_cosine_distance(embedding, {cast}) + 0 AS distance FROM {VECTOR_DELTA}
+                         WHERE chunk_id IN (SELECT chunk_id FROM {table}))
+                    ) ORDER BY distance, chunk_id LIMIT {int(limit)}
+                    """
+                ).fetchall()
+            elif fetch:
+                fetched = conn.execute(
+                    f"""
+                    SELECT chunk_id, distance FROM ({_nearest_sql(cast, fetch)}) hits JOIN chunks c USING (chunk_id)
+                    WHERE {where} ORDER BY distance, chunk_id LIMIT {int(limit)}
+                    """,
+                    params,
+                ).fetchall()
+            if fetch and len(fetched) >= limit:
+                return fetched
+            scope = "TRUE" if where == "TRUE" else f"e.chunk_id IN (SELECT c.chunk_id FROM chunks c WHERE {where})"
+            return conn.execute(
+                f"""
+                SELECT chunk_id, distance FROM (
+                    SELECT e.chunk_id, array_cosine_distance(e.embedding, {cast}) + 0 AS distance
+                    FROM chunk_embeddings e WHERE {scope}
+                ) ORDER BY distance, chunk_id LIMIT {int(limit)}
+                """,
+                params,
+            ).fetchall()
+
+        return nearest
+
+    def _vectors_meanwhile(self, query: str, filters: Filters) -> Callable[[], dict[str, float]]:
+        """Start the vector search of `query` on a second cursor of the snapshot, in the embedding thread once the
+        query is embedded, so that it runs while the caller runs BM25 (DuckDB releases the GIL: two cores, the
+        search's wall time is about the longer of the two instead of their sum); returns what waits for it."""
+        pending = self._embed_query(query)
+        if pending is None:
+            return dict
+        plan = self._vector_plan(filters, CANDIDATES)
+        cursor = self._cursor()
+
+        def search() -> list[tuple[str, float]] | None:
+            try:
+                vector = pending.result()[0]
+            except Exception:  # noqa: BLE001 (the caller's _query_vector says why)
+                return None
+            return plan(cursor, vector_literal(vector))
+
+        job = self._vector_search = self._embedding_thread.submit(search)
+
+        def result() -> dict[str, float]:
+            rows = job.result()
+            if rows is None:
+                self._query_vector(query)  # raises, or keyword-only results with a notice
+                return {}
+            return _similarities(rows)
+
+        return result
+
+    @_one_snapshot
     def search(
         self,
         query: str,
@@ -614,6 +751,7 @@ class SessionMemory:
 
     # -- sessions, two-stage recall, memories, recap --
 
+    @_one_snapshot
     def search_sessions(self, query: str, *, limit: int = 3, **filters: Any) -> list[SessionResult]:
         """Sessions whose latest summary best matches `query` (hybrid BM25 + vector over summaries)."""
         require_query(query)
@@ -678,6 +816,7 @@ class SessionMemory:
             )
         return results
 
+    @_one_snapshot
     def recall(self, query: str, *, sessions: int = 3, limit: int = 5, **filters: Any) -> list[SearchResult]:
         """Two-stage retrieval: the best sessions by summary first, then chunk search in which chunks of those
         sessions get a boost (`search.session_boost`) and chunks found only inside them join the candidates.
@@ -705,6 +844,7 @@ class SessionMemory:
         self._log("recall", started, len(results))
         return results
 
+    @_one_snapshot
     def search_memories(self, query: str, *, limit: int = 5) -> list[MemoryResult]:
         """Curated memories (what agents chose to remember), hybrid BM25 + vector, importance as a tie-breaker.
         Memories `remember` put in the inbox since the last index are searched too (keywords and vectors)."""
@@ -773,7 +913,7 @@ class SessionMemory:
     def recap(self, *, session_id: str | None = None, project: str | None = None, budget: int = 800):
         """The recap of the given session, or of the latest top-level session (of `project`): what was being
         done, the plan and unfinished work, each line citing its message ids."""
-        from sessionmem_pipeline.core.recap import recap_session
+        from sessionmem_pipeline.recaps import session_recap
 
         require_positive("budget", budget)
         llm = None
@@ -781,26 +921,20 @@ class SessionMemory:
             from sessionmem_pipeline.providers import chat_model_from_settings
 
             llm = chat_model_from_settings(self.settings)
-        reader = Snapshot(self.connection())
         session = self.latest_session(session_id=session_id, project=project)
-        sid = session["session_id"]
-        earlier = reader.query(
-            """SELECT v.embedding FROM session_summaries v JOIN sessions s
-                 ON s.session_id = v.session_id AND s.summary_version = v.version
-               WHERE s.project = ? AND s.session_id <> ? AND v.embedding IS NOT NULL
-                 AND coalesce(s.ended_at, s.started_at) <= coalesce(?::TIMESTAMPTZ, now())""",
-            [session["project"], sid, session["started_at"]],
-        )
-        memories = reader.query("SELECT embedding FROM memories WHERE embedding IS NOT NULL")
-        return recap_session(
-            reader.load_messages(sid),
-            chunks=reader.load_chunks(sid) or None,
-            chunk_vectors=reader.chunk_vectors(sid),
-            memory_vectors=[m["embedding"] for m in memories],
-            earlier_summary_vectors=[e["embedding"] for e in earlier],
-            budget=budget,
-            llm=llm,
-        )
+        return session_recap(Snapshot(self.connection()), session, budget, llm)
+
+    def recap_text(self, session_id: str, *, budget: int = 800) -> str:
+        """`recap(session_id=...).text`, read from the recap the index stage made when it is still current
+        (recaps.py: the session-start hook then loads neither the recap rules nor the tokenizer)."""
+        require_positive("budget", budget)
+        if not self.settings.llm_enabled:
+            from sessionmem_pipeline.recaps import stored_recap_text
+
+            stored = stored_recap_text(Snapshot(self.connection()), session_id, budget)
+            if stored is not None:
+                return stored
+        return self.recap(session_id=session_id, budget=budget).text
 
     # -- the agent tools that change memory (issue 10): through the pipeline's own writer lock or inbox --
 
@@ -907,10 +1041,10 @@ class SessionMemory:
     def _fused_chunk_scores(self, query: str, filters: Filters) -> dict[str, float]:
         """Chunk ids and their fused BM25 + vector scores, best first."""
         s = self.settings
-        self._embed_query(query)  # embedding in parallel with BM25
+        nearest = self._vectors_meanwhile(query, filters)
         return fuse_scores(
             self.bm25_ranking(query, filters, CANDIDATES),
-            self.vector_ranking(query, filters, CANDIDATES),
+            nearest(),
             bm25_weight=s["search.bm25_weight"],
             vector_weight=s["search.vector_weight"],
             bm25_limit=CANDIDATES,

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import pyarrow as pa  # imported by the writer only (insert): readers do not pay for it
 
 DATABASE = "wh"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -258,6 +258,9 @@ MIGRATIONS: dict[int, list[str]] = {
         # when the stage keeps it here (a chat reply; vectors go to the embedding cache)
         "CREATE TABLE provider_batch_requests (local_id VARCHAR, custom_id VARCHAR, input_fp VARCHAR, answer VARCHAR)",
     ],
+    8: [  # the session-start hook's recaps, made at index time (recaps.py): the hook then only reads text
+        "CREATE TABLE session_recaps (session_id VARCHAR, budget INTEGER, input_fp VARCHAR, text VARCHAR, built_at TIMESTAMPTZ)",
+    ],
 }
 
 
@@ -450,6 +453,10 @@ def _sql_string(text: str) -> str:
     return text.replace("'", "''")
 
 
+def _sql_literal(text: str) -> str:
+    return f"'{_sql_string(text)}'"
+
+
 def sql_string_list(values: Sequence[str]) -> str:
     """Strings as a comma-separated list of SQL literals, for `IN (...)`: binding a Python list of strings costs
     about 0.1 ms per item (27 ms for the 300 ids of one search), writing them as literals a tenth of that."""
@@ -466,6 +473,7 @@ SESSION_TABLES = (
     "dropped_messages",
     "embedding_failures",
     "session_summaries",
+    "session_recaps",
     "sessions",
 )
 
@@ -669,6 +677,46 @@ class _Queries:
         session = self.session_row(session_id) or {}
         rows = self.query("SELECT * FROM messages WHERE session_id = ? ORDER BY seq", [session_id])
         return [_message_from_row(r, session.get("project") or "", session.get("cwd")) for r in rows]
+
+    def recap_fingerprints(self, session_ids: Sequence[str], rules: str) -> dict[str, str]:
+        """Per session, a digest of everything its recap is made from (recaps.session_recap): its rows in every
+        stage (their inputs and keys: messages, chunks, vectors, redaction), the summaries of its project's
+        earlier sessions and the curated memories (novelty), and `rules` (the recap's version and budget)."""
+        rows = self.conn.execute(
+            """
+            WITH wanted AS (
+                SELECT session_id, project, started_at FROM sessions WHERE session_id IN (SELECT unnest($ids))),
+            states AS (
+                SELECT session_id, string_agg(stage || '=' || input_fp || '/' || stage_key, ',' ORDER BY stage) AS fp
+                FROM stage_state WHERE session_id IN (SELECT session_id FROM wanted) GROUP BY session_id),
+            summaries AS (
+                SELECT s.project, s.session_id, v.summary_id, coalesce(s.ended_at, s.started_at) AS moment
+                FROM session_summaries v JOIN sessions s ON s.session_id = v.session_id AND s.summary_version = v.version
+                WHERE v.embedding IS NOT NULL AND s.project IN (SELECT project FROM wanted)),
+            earlier AS (
+                SELECT w.session_id, string_agg(m.summary_id, ',' ORDER BY m.summary_id) AS fp
+                FROM wanted w JOIN summaries m ON m.project = w.project AND m.session_id <> w.session_id
+                 AND m.moment <= coalesce(w.started_at, now())
+                GROUP BY w.session_id),
+            known AS (
+                SELECT md5(coalesce(string_agg(memory_id || ':' || content, ',' ORDER BY memory_id, content), '')) AS fp
+                FROM memories WHERE embedding IS NOT NULL)
+            SELECT w.session_id, md5(concat_ws('|', $rules, coalesce(st.fp, ''), coalesce(e.fp, ''), (FROM known)))
+            FROM wanted w LEFT JOIN states st USING (session_id) LEFT JOIN earlier e USING (session_id)
+            """,
+            {"rules": rules, "ids": list(session_ids)},
+        ).fetchall()
+        return dict(rows)
+
+    def stored_recap(self, session_id: str, budget: int) -> tuple[str, str] | None:
+        """(input fingerprint, text) of the recap made at index time, if any (none before schema 8)."""
+        try:
+            row = self.conn.execute(
+                "SELECT input_fp, text FROM session_recaps WHERE session_id = ? AND budget = ?", [session_id, budget]
+            ).fetchone()
+        except duckdb.CatalogException:
+            return None
+        return (row[0], row[1]) if row else None
 
     def load_collapsed(self, session_id: str) -> list[CollapsedMessage]:
         rows = self.query("SELECT * FROM collapsed_messages WHERE session_id = ? ORDER BY seq", [session_id])
@@ -1161,6 +1209,35 @@ class Warehouse(_Queries):
             self.set_meta("kw_unsorted_postings", "0")
         return True
 
+    # -- the session-start hook's recaps (recaps.py) --
+
+    def recap_candidates(self, per_project: int) -> list[dict[str, Any]]:
+        """The latest `per_project` top-level sessions of each project, in the order the hook picks them
+        (SessionMemory.latest_session: the latest, or the one before it when the latest is starting now)."""
+        return self.query(
+            """SELECT * EXCLUDE (place) FROM (
+                   SELECT *, row_number() OVER (PARTITION BY project
+                       ORDER BY coalesce(ended_at, started_at) DESC NULLS LAST, session_id) AS place
+                   FROM sessions WHERE parent_session_id IS NULL)
+               WHERE place <= ? ORDER BY session_id""",
+            [per_project],
+        )
+
+    def replace_recaps(self, recaps: Sequence[Mapping[str, Any]], keep: Sequence[str]) -> None:
+        """Store these recaps (session_id, budget, input_fp, text) over any earlier one of their session and
+        budget; drop those of sessions not in `keep` (call inside a transaction)."""
+        with self._values(list(keep) or [""]) as kept:
+            dropped = self.conn.execute(
+                f"DELETE FROM session_recaps WHERE session_id NOT IN (SELECT v FROM {kept})"
+            ).fetchone()[0]
+        for recap in recaps:
+            self.conn.execute(
+                "DELETE FROM session_recaps WHERE session_id = ? AND budget = ?", [recap["session_id"], recap["budget"]]
+            )
+        self.insert("session_recaps", [{**recap, "built_at": datetime.now(UTC)} for recap in recaps])
+        if dropped or recaps:
+            self.bump_generation()
+
     # -- provider batches (stages/provider_batches.py) --
 
     def record_provider_batch(self, batch: Mapping[str, Any], requests: Mapping[str, str]) -> None:
@@ -1553,10 +1630,12 @@ def keyword_search(
     limit: int,
     scope: str | None = None,
     scope_params: Sequence[Any] = (),
+    scope_keys: str | None = None,
     stats: tuple[int, float] | None = None,
 ) -> list[tuple[str, str | None, float]]:
-    """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) keeps;
-    `stats` are the corpus's `corpus_stats`, which a reader of a snapshot may keep (else counted here).
+    """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) or `scope_keys`
+    (a query of their doc keys, without parameters) keeps; `stats` are the corpus's `corpus_stats`, which a
+    reader of a snapshot may keep (else counted here).
 
     The same scores as DuckDB's fts `match_bm25`, reading only the postings of the query's terms (postings are
     sorted by term, so zone maps skip the rest, and carry their document's length) instead of scoring every row.
@@ -1567,12 +1646,15 @@ def keyword_search(
     whose rare terms hold at least `limit` documents); when the last of the best `limit` outscores what the
     common terms alone could add up to, no document holding only those can enter, and their long posting lists
     are never aggregated. Otherwise every posting is scored."""
-    stems = [row[0] for row in conn.execute(f"SELECT DISTINCT stem(unnest({tokens_sql('?')}), 'porter')", [query]).fetchall()]
+    # literals, not bound parameters: those skip the pushdown, and DuckDB looks for pandas for each bound value
+    stems = [row[0] for row in conn.execute(
+        f"SELECT DISTINCT stem(unnest({tokens_sql(_sql_literal(query.replace(chr(0), ' ')))}), 'porter')"  # NUL: a separator
+    ).fetchall()]
     if not stems:
         return []
-    words = ", ".join(f"'{_sql_string(stem)}'" for stem in stems)  # literals: bound parameters skip the pushdown
     terms = conn.execute(
-        f"SELECT term_id, df FROM kw_terms WHERE corpus = ? AND df > 0 AND term IN ({words})", [corpus]
+        f"SELECT term_id, df FROM kw_terms WHERE corpus = {_sql_literal(corpus)} AND df > 0 "
+        f"AND term IN ({sql_string_list(stems)})"
     ).fetchall()
     if not terms:
         return []
@@ -1581,10 +1663,9 @@ def keyword_search(
     common = [int(term_id) for term_id, df in terms if df > COMMON_TERM_SHARE * documents]
     rare = [term_id for term_id in idf if term_id not in common]
     rare_postings = sum(df for term_id, df in terms if int(term_id) in rare)
-    in_scope = (
-        f"AND doc_key IN (SELECT doc_key FROM kw_docs WHERE corpus = ? AND doc_id IN ({scope}))" if scope else ""
-    )
-    params = [*([corpus, *scope_params] if scope else []), limit]
+    if scope:
+        scope_keys = f"SELECT doc_key FROM kw_docs WHERE corpus = {_sql_literal(corpus)} AND doc_id IN ({scope})"
+    in_scope = f"AND doc_key IN ({scope_keys})" if scope_keys else ""
 
     def best(candidates: str) -> list[tuple[str, str | None, float]]:
         weights = ", ".join(f"({term_id}, {weight!r}::DOUBLE)" for term_id, weight in idf.items())
@@ -1595,12 +1676,12 @@ def keyword_search(
                                    / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / {float(average)!r}::DOUBLE))) AS score
                 FROM kw_postings JOIN (VALUES {weights}) q(term_id, idf) USING (term_id)
                 WHERE term_id IN ({", ".join(map(str, idf))}) {candidates} {in_scope}
-                GROUP BY doc_key ORDER BY score DESC, doc_key LIMIT ?
+                GROUP BY doc_key ORDER BY score DESC, doc_key LIMIT {int(limit)}
             ) top JOIN kw_docs d USING (doc_key) ORDER BY top.score DESC, d.doc_id""",
-            params,
+            list(scope_params) if scope else [],
         ).fetchall()
 
-    if common and rare_postings >= limit and not scope:  # else few candidates would reach the cut: no gain
+    if common and rare_postings >= limit and not scope_keys:  # else few candidates would reach the cut: no gain
         holding_rare = f"AND doc_key IN (SELECT doc_key FROM kw_postings WHERE term_id IN ({', '.join(map(str, rare))}))"
         found = best(holding_rare)
         if len(found) == limit and found[-1][2] >= sum(idf[t] for t in common) * (BM25_K + 1):

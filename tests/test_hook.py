@@ -2,14 +2,18 @@
 context, and silence (exit 0, no output) whenever it cannot help."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from sessionmem_pipeline.client import SessionMemory, Snapshot
 from sessionmem_pipeline.config import load_settings
+from sessionmem_pipeline.recaps import HOOK_BUDGET, stored_recap_text
 from sessionmem_pipeline.stages.run import index_sources
+from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, snapshot_path
 
 ROOT = Path(__file__).parent.parent
 PAYLOAD = (ROOT / "tests" / "fixtures" / "hooks" / "claude_session_start.json").read_text(encoding="utf-8")
@@ -51,3 +55,36 @@ def test_session_start_is_silent_when_it_cannot_help(warehouse: Path, stdin: str
 def test_session_start_is_silent_without_a_warehouse(tmp_path: Path) -> None:
     done = _hook(tmp_path / "missing.duckdb", PAYLOAD)
     assert done.returncode == 0 and done.stdout == ""
+
+
+def test_the_hook_reads_the_recap_the_index_made_which_is_the_recap_made_now(warehouse: Path) -> None:
+    memory = SessionMemory(warehouse)
+    reader = Snapshot(memory.connection())
+    stored = [row["session_id"] for row in reader.query("SELECT session_id FROM session_recaps ORDER BY 1")]
+    assert len(stored) == 5  # the samples' projects: at most the latest two sessions of each
+    for session_id in stored:
+        made_now = memory.recap(session_id=session_id, budget=HOOK_BUDGET).text
+        assert stored_recap_text(reader, session_id, HOOK_BUDGET) == made_now
+        assert memory.recap_text(session_id, budget=100) == memory.recap(session_id=session_id, budget=100).text
+    context = json.loads(_hook(warehouse, PAYLOAD).stdout)["hookSpecificOutput"]["additionalContext"]
+    assert context.endswith(memory.recap(session_id="3f6c2b9e-71d4-4a8e-b5c0-9e2d7a41f863").text)
+    memory.close()
+
+
+def test_a_stored_recap_is_not_used_once_what_it_was_made_from_changed(warehouse: Path, tmp_path: Path) -> None:
+    """A curated memory added outside a run's index stage changes what the recap leaves out as already known."""
+    path = tmp_path / "w.duckdb"
+    shutil.copy(warehouse, path)
+    shutil.copy(snapshot_path(warehouse), snapshot_path(path))
+    session_id = "3f6c2b9e-71d4-4a8e-b5c0-9e2d7a41f863"
+    with Warehouse(path) as wh:
+        vector = list(wh.chunk_vectors(session_id).values())[-1]
+        with wh.transaction():
+            wh.insert("memories", [{"memory_id": "m1", "content": "known", "source": "test", "embedding": vector}])
+            wh.bump_generation()
+        wh.checkpoint()
+    publish_snapshot(path)
+    memory = SessionMemory(path)
+    assert stored_recap_text(Snapshot(memory.connection()), session_id, HOOK_BUDGET) is None
+    assert memory.recap_text(session_id) == memory.recap(session_id=session_id).text
+    memory.close()

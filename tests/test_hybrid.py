@@ -105,7 +105,10 @@ FILTERS = [
 def test_planned_search_matches_an_exact_scan(
     indexed_corpus, monkeypatch: pytest.MonkeyPatch, filters: dict, exact_scan_max: int
 ) -> None:
+    """Also through the kept table of a filter's chunks (`_filter_table`), which every filter without a time window
+    takes when it over-fetches (one with a time window over-fetches against the chunks table)."""
     monkeypatch.setattr(client, "EXACT_SCAN_MAX", exact_scan_max)
+    monkeypatch.setattr(client, "SELECTIVE_SHARE", client.SELECTIVE_SHARE if exact_scan_max else 0.0)
     memory = SessionMemory(settings=indexed_corpus.settings)
     conn = memory.connection()
     chosen = memory._filters(**filters)
@@ -125,19 +128,25 @@ def test_planned_search_matches_an_exact_scan(
         every = [(r.session_id, r.chunk_index) for r in deduplicate(memory.chunks_by_id(expected))]
         for limit in (1, 3, 8):  # search reads the rows of its candidates only until it has enough
             assert [(r.session_id, r.chunk_index) for r in memory.search(query, limit=limit, **filters)] == every[:limit]
+    kept = bool(filters) and "after" not in filters and not exact_scan_max
+    assert bool(memory._per_snapshot("filter tables", lambda conn: {})) == kept
     memory.close()
 
 
+@pytest.mark.parametrize("searched", [False, True])  # True: a search before, so the filter's table is kept
 @pytest.mark.parametrize("filters", FILTERS[1:])
 def test_overfetched_bm25_matches_the_search_scoped_to_the_filter(
-    indexed_corpus, monkeypatch: pytest.MonkeyPatch, filters: dict
+    indexed_corpus, monkeypatch: pytest.MonkeyPatch, filters: dict, searched: bool
 ) -> None:
     """BM25 under a filter most chunks pass filters the unfiltered best (forced here for every filter): the same
     chunks and scores as the search scoped to the filter, also when too few pass and it falls back to that."""
     monkeypatch.setattr(client, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(client, "SELECTIVE_SHARE", 0.0)
     monkeypatch.setattr(client, "BM25_OVERFETCH_SHARE", 0.0)
     memory = SessionMemory(settings=indexed_corpus.settings)
     chosen = memory._filters(**filters)
+    if searched:
+        memory.search("deploy", **filters)
     where, params = chosen.chunk_sql()
     for query in ("payment retries backoff", "restore the nightly backup", "deploy"):
         for limit in (1, 3, 150):

@@ -85,8 +85,7 @@ def test_a_new_vector_is_found_in_the_delta_and_after_it_joins_the_index(tmp_pat
 
     with Warehouse(path) as wh:
         plan = wh.conn.execute(
-            "EXPLAIN " + _nearest_sql(f"?::FLOAT[{DIMENSIONS}]"),
-            [vector_literal(new["embedding"]), 5, vector_literal(new["embedding"]), 5],
+            "EXPLAIN " + _nearest_sql(f"'{vector_literal(new['embedding'])}'::FLOAT[{DIMENSIONS}]", 5)
         ).fetchall()
     assert "HNSW_INDEX_SCAN" in str(plan)
 

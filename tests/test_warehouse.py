@@ -172,8 +172,8 @@ def test_a_rebuild_keeps_every_row_and_the_indexes(tmp_path: Path) -> None:
         assert wh.scalar("SELECT count(*) FROM chunk_embeddings_base WHERE chunk_id IS NULL")  # unlinked rows kept
         before = {t: wh.query(f"SELECT * FROM {t} ORDER BY ALL") for t in tables}
         search_before = keyword_search(wh.conn, "chunks", "order 41 shipped", limit=5)
-        nearest = _nearest_sql("?::FLOAT[4]")
-        vector_before = wh.conn.execute(nearest, [[1.0, 4, 4, 0.5], 5, [1.0, 4, 4, 0.5], 5]).fetchall()
+        nearest = _nearest_sql("?::FLOAT[4]", 5)
+        vector_before = wh.conn.execute(nearest, [[1.0, 4, 4, 0.5], [1.0, 4, 4, 0.5]]).fetchall()
 
     rebuild_file(path)
 
@@ -182,7 +182,7 @@ def test_a_rebuild_keeps_every_row_and_the_indexes(tmp_path: Path) -> None:
         after["meta"] = [m for m in after["meta"] if m["key"] != "rebuild_baseline"]  # the rebuild's own record
         assert after == before
         assert keyword_search(wh.conn, "chunks", "order 41 shipped", limit=5) == search_before
-        assert wh.conn.execute(nearest, [[1.0, 4, 4, 0.5], 5, [1.0, 4, 4, 0.5], 5]).fetchall() == vector_before
+        assert wh.conn.execute(nearest, [[1.0, 4, 4, 0.5], [1.0, 4, 4, 0.5]]).fetchall() == vector_before
         assert vector_before[0][0] == "s1:4:4"
         assert wh.scalar("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'chunk_embeddings_hnsw'") == 1
         with wh.transaction():  # sequences go on where they were: new documents get new keys

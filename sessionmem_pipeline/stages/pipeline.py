@@ -21,6 +21,7 @@ from typing import Any
 from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
 from sessionmem_pipeline.providers.embedders import OpenAIEmbedder
 from sessionmem_pipeline.providers.llm import OpenAIChatModel
+from sessionmem_pipeline.recaps import RECAPS_MADE_BY, refresh_recaps
 from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
 from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
@@ -463,11 +464,12 @@ def memories(ctx: StageContext, roots: Sequence[Path], report: StageReport) -> N
 
 
 def index(ctx: StageContext, report: StageReport) -> None:
-    input_fp = ctx.global_input(INDEX_INPUTS)
+    input_fp = ctx.global_input(INDEX_INPUTS, RECAPS_MADE_BY)  # a new recap version makes the hook's recaps again
     if not ctx.global_is_stale(INDEX, input_fp):
         return
     refresh_search_index(ctx.wh)
     with ctx.wh.transaction():
+        refresh_recaps(ctx.wh)
         ctx.record(INDEX, {GLOBAL: input_fp})
     report.indexed = True
 

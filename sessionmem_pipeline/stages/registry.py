@@ -85,7 +85,7 @@ EMBED = Stage("embed", 2, upstream="chunk", uses_embedder=True)
 SUMMARIZE = Stage("summarize", 3, upstream="collapse", uses_embedder=True, uses_llm=True)
 THREADS = Stage("threads", 2, upstream="summarize", per_session=False)  # 2: rebuilt per changed project
 MEMORIES = Stage("memories", 2, per_session=False, uses_embedder=True)  # 2: <private> spans removed too
-INDEX = Stage("index", 1, per_session=False)
+INDEX = Stage("index", 2, per_session=False)  # 2: also the session-start hook's recaps (recaps.py)
 
 STAGES: tuple[Stage, ...] = (INGEST, COLLAPSE, CHUNK, EMBED, SUMMARIZE, THREADS, MEMORIES, INDEX)
 SESSION_STAGES = tuple(s for s in STAGES if s.per_session)
