@@ -15,11 +15,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import importlib.util
 import itertools
 import json
 import math
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +36,30 @@ from sessionmem_pipeline.core.models import Chunk, CollapsedMessage, Message, To
 
 if TYPE_CHECKING:
     import pyarrow as pa  # imported by the writer only (insert): readers do not pay for it
+
+
+class _KnownMissing:
+    """An import finder that answers "not installed" at once for a module known to be missing.
+
+    DuckDB's Python client tries `import pandas` for every bound parameter; without pandas installed each try
+    searches the whole import path again (~0.1 ms, a fifth of an ingest commit's CPU). This finder, first on
+    `sys.meta_path`, gives the same answer without the search (unlike a `None` in `sys.modules`, which pyarrow
+    reads as an installed module)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname == self.name:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+
+
+def _remember_missing(name: str) -> None:
+    if name not in sys.modules and importlib.util.find_spec(name) is None:
+        sys.meta_path.insert(0, _KnownMissing(name))
+
+
+_remember_missing("pandas")
 
 DATABASE = "wh"
 SCHEMA_VERSION = 8
