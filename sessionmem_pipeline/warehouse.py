@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import pyarrow as pa  # imported by the writer only (insert): readers do not pay for it
 
 DATABASE = "wh"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -257,6 +257,11 @@ MIGRATIONS: dict[int, list[str]] = {
         # each request line of a batch: its custom_id, the fingerprint of the input it was made from, and the answer
         # when the stage keeps it here (a chat reply; vectors go to the embedding cache)
         "CREATE TABLE provider_batch_requests (local_id VARCHAR, custom_id VARCHAR, input_fp VARCHAR, answer VARCHAR)",
+    ],
+    8: [  # what threads are updated from (stages/threads.py): the strong links (session_a < session_b), and the
+        # input each session's links were computed from
+        "CREATE TABLE thread_links (project VARCHAR, session_a VARCHAR, session_b VARCHAR)",
+        "CREATE TABLE thread_inputs (session_id VARCHAR, project VARCHAR, input_fp VARCHAR)",
     ],
 }
 

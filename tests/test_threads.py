@@ -185,7 +185,7 @@ def _thread_rows(wh) -> list[tuple]:
 def test_a_change_rebuilds_only_its_projects_threads_and_matches_a_full_rebuild(tmp_path) -> None:
     from sessionmem_pipeline.config import load_settings
     from sessionmem_pipeline.stages.run import forget, index_sources
-    from sessionmem_pipeline.stages.threads import THREADS_BUILT, project_fingerprints, refresh_threads
+    from sessionmem_pipeline.stages.threads import THREADS_BUILT, refresh_threads
     from sessionmem_pipeline.warehouse import Warehouse
 
     def write(project: str, name: str, day: str, turns: list[str]) -> None:
@@ -221,7 +221,7 @@ def test_a_change_rebuilds_only_its_projects_threads_and_matches_a_full_rebuild(
         with Warehouse(copy) as wh:
             with wh.transaction():
                 wh.conn.execute("DELETE FROM meta WHERE key = ?", [THREADS_BUILT])
-            refresh_threads(wh, "any key", project_fingerprints(wh))
+            refresh_threads(wh, "any key")
             return _thread_rows(wh) == incremental and len(incremental) > 0
 
     infra_before = infra_rows()
