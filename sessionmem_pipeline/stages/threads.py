@@ -39,6 +39,7 @@ SESSION_INPUT = """s.session_id || '|' || coalesce(CAST(s.started_at AS VARCHAR)
 """What a session's links are made from: its start and latest summary (a summary version is never rewritten, only
 its vector filled in once)."""
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REACH = timedelta(days=MAX_GAP_DAYS + 1)
 """Sessions whose starts are further apart cannot link (the stage's inputs have no end, so the gap is the
 difference of starts); a day of margin keeps the cut on the safe side of rounding."""
@@ -54,22 +55,30 @@ def project_fingerprints(wh: Warehouse) -> dict[str, str]:
 
 
 def _inputs(wh: Warehouse, session_ids: Sequence[str]) -> list[ThreadInput]:
-    rows = wh.query(
-        f"""SELECT s.session_id, s.project, s.started_at, v.summary, v.embedding {THREAD_INPUTS}
-            AND s.session_id IN (SELECT unnest(?))""",
-        [list(session_ids)],
-    )
+    """The sessions' thread inputs; starts read as microseconds and vectors through Arrow (per-row conversion of
+    time zones and float lists was most of a small update's cost)."""
+    with wh._values(session_ids) as listed:
+        table = wh.conn.execute(
+            f"""SELECT s.session_id, s.project, epoch_us(s.started_at) AS started_us, v.summary, v.embedding
+                {THREAD_INPUTS} AND s.session_id IN (SELECT v FROM {listed})"""
+        ).to_arrow_table()
+    embeddings = table.column("embedding").combine_chunks()
+    vectors = embeddings.flatten().to_numpy(zero_copy_only=False)
+    offsets = embeddings.offsets.to_numpy()
+    missing = embeddings.is_null().to_numpy(zero_copy_only=False)
     inputs = []
-    for row in rows:
-        summary = json.loads(row["summary"])
+    for row, (session_id, project, started_us, summary) in enumerate(zip(
+        *(table.column(name).to_pylist() for name in ("session_id", "project", "started_us", "summary")), strict=True
+    )):
+        summary = json.loads(summary)
         inputs.append(
             ThreadInput(
-                session_id=row["session_id"],
-                project=row["project"] or "",
-                started_at=row["started_at"],
+                session_id=session_id,
+                project=project or "",
+                started_at=None if started_us is None else EPOCH + timedelta(microseconds=started_us),
                 topics=tuple(summary.get("topics", ())),
                 files=tuple(summary.get("files_modified", ())),
-                summary_vector=row["embedding"],
+                summary_vector=None if missing[row] else vectors[offsets[row] : offsets[row + 1]],
             )
         )
     return inputs
@@ -100,13 +109,20 @@ def _strong_links(wh: Warehouse, project: str) -> list[tuple[str, str]]:
 
 def _within_reach(wh: Warehouse, project: str, sessions: Sequence[ThreadInput]) -> list[str]:
     """The project's sessions that can link with any of `sessions` (by their starts; an unknown start reaches all)."""
-    starts = [s.started_at for s in sessions]
-    return [row[0] for row in wh.conn.execute(
-        f"""SELECT s.session_id {THREAD_INPUTS} AND coalesce(s.project, '') = $project
-            AND (s.started_at IS NULL OR list_bool_or([start IS NULL OR s.started_at BETWEEN start - $reach
-                                                       AND start + $reach FOR start IN $starts]))""",
-        {"project": project, "starts": starts, "reach": REACH},
-    ).fetchall()]
+    table = wh.conn.execute(
+        f"""SELECT s.session_id, epoch_us(s.started_at) AS started_us {THREAD_INPUTS}
+            AND coalesce(s.project, '') = ?""",
+        [project],
+    ).to_arrow_table()
+    ids = np.array(table.column("session_id").to_pylist(), dtype=object)
+    starts = table.column("started_us").to_numpy(zero_copy_only=False)  # NaN where unknown
+    reach = np.isnan(starts)
+    for session in sessions:
+        if session.started_at is None:
+            return list(ids)
+        start = (session.started_at - EPOCH) / timedelta(microseconds=1)
+        reach |= np.abs(starts - start) <= REACH / timedelta(microseconds=1)
+    return list(ids[reach])
 
 
 def _relink(wh: Warehouse, project: str, changed: set[str]) -> tuple[list[tuple], set[str], list[set[str]]]:
@@ -153,19 +169,17 @@ def refresh_threads(wh: Warehouse, stage_key: str) -> int:
             for thread in build_threads([inputs[s] for s in component if s in inputs and inputs[s].project == project])
         ]
         changed_ids = sorted({s for sessions in changes.values() for s in sessions})
-        wh.conn.execute(
-            "DELETE FROM thread_links WHERE session_a IN (SELECT unnest($ids)) OR session_b IN (SELECT unnest($ids))",
-            {"ids": changed_ids},
-        )
+        with wh._values(changed_ids) as changed, wh._values(sorted(touched)) as replaced:
+            wh.conn.execute(f"""DELETE FROM thread_links
+                                WHERE session_a IN (FROM {changed}) OR session_b IN (FROM {changed})""")
+            wh.conn.execute(f"DELETE FROM thread_inputs WHERE session_id IN (FROM {changed})")
+            wh.conn.execute(
+                f"""INSERT INTO thread_inputs SELECT s.session_id, coalesce(s.project, ''), md5({SESSION_INPUT})
+                    {THREAD_INPUTS} AND s.session_id IN (FROM {changed})"""
+            )
+            wh.conn.execute(f"DELETE FROM session_threads WHERE session_id IN (FROM {replaced})")
         wh.insert("thread_links", [dict(zip(("project", "session_a", "session_b"), link, strict=True))
                                    for link in new_links])
-        wh.conn.execute("DELETE FROM thread_inputs WHERE session_id IN (SELECT unnest(?))", [changed_ids])
-        wh.conn.execute(
-            f"""INSERT INTO thread_inputs SELECT s.session_id, coalesce(s.project, ''), md5({SESSION_INPUT})
-                {THREAD_INPUTS} AND s.session_id IN (SELECT unnest(?))""",
-            [changed_ids],
-        )
-        wh.conn.execute("DELETE FROM session_threads WHERE session_id IN (SELECT unnest(?))", [sorted(touched)])
         wh.insert(
             "session_threads",
             [
