@@ -1252,6 +1252,12 @@ class Warehouse(_Queries):
         )
         self.bump_generation()
 
+    def delete_thread_links(self, session_ids: Sequence[str]) -> None:
+        """The sessions' strong links and the inputs they were computed from (stages/threads.py)."""
+        for table, column in (("thread_links", "session_a"), ("thread_links", "session_b"),
+                              ("thread_inputs", "session_id")):
+            self.delete_where(table, column, session_ids)
+
     def delete_where_stage(self, stage: str, session_ids: Sequence[str]) -> None:
         self.conn.execute(
             "DELETE FROM stage_state WHERE stage = ? AND session_id IN (SELECT unnest(?))", [stage, list(session_ids)]
@@ -1309,6 +1315,7 @@ class Warehouse(_Queries):
         self.clear_batch_answers()  # a chat answer is known only by its request's fingerprint: all are asked again
         self.delete_sessions(ids, purge=True)
         self.delete_where("session_threads", "session_id", ids)
+        self.delete_thread_links(ids)
         self.conn.execute(
             "UPDATE source_files SET session_ids = list_filter(session_ids, s -> NOT list_contains($ids, s)) "
             "WHERE list_has_any(session_ids, $ids)",

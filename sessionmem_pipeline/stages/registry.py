@@ -83,7 +83,7 @@ CHUNK = Stage(
 """4: parts of a huge message start at the length the window ratio of the part before predicts."""
 EMBED = Stage("embed", 2, upstream="chunk", uses_embedder=True)
 SUMMARIZE = Stage("summarize", 3, upstream="collapse", uses_embedder=True, uses_llm=True)
-THREADS = Stage("threads", 3, upstream="summarize", per_session=False)  # 3: links exact on a grid, kept
+THREADS = Stage("threads", 2, upstream="summarize", per_session=False)  # 2: rebuilt per changed project
 MEMORIES = Stage("memories", 2, per_session=False, uses_embedder=True)  # 2: <private> spans removed too
 INDEX = Stage("index", 1, per_session=False)
 

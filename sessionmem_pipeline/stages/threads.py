@@ -84,21 +84,23 @@ def _inputs(wh: Warehouse, session_ids: Sequence[str]) -> list[ThreadInput]:
     return inputs
 
 
-def _changed_sessions(wh: Warehouse) -> dict[str, set[str]]:
+def _changed_sessions(wh: Warehouse) -> tuple[dict[str, set[str]], list[dict]]:
     """Per project, the sessions whose input differs from the one their stored links were made from (new, changed,
-    gone, or moved: then in both projects)."""
+    gone, or moved: then in both projects); and the `thread_inputs` rows of those still there."""
     rows = wh.conn.execute(
         f"""WITH now AS (SELECT s.session_id, coalesce(s.project, '') AS project, md5({SESSION_INPUT}) AS input_fp
                          {THREAD_INPUTS})
-            SELECT coalesce(now.session_id, t.session_id), now.project, t.project
+            SELECT coalesce(now.session_id, t.session_id), now.project, t.project, now.input_fp
             FROM now FULL JOIN thread_inputs t USING (session_id)
             WHERE now.input_fp IS DISTINCT FROM t.input_fp OR now.project IS DISTINCT FROM t.project"""
     ).fetchall()
     changed: dict[str, set[str]] = {}
-    for session_id, project, before in rows:
+    for session_id, project, before, _ in rows:
         for name in {project, before} - {None}:
             changed.setdefault(name, set()).add(session_id)
-    return changed
+    inputs = [{"session_id": session_id, "project": project, "input_fp": input_fp}
+              for session_id, project, _, input_fp in rows if input_fp is not None]
+    return changed, inputs
 
 
 def _strong_links(wh: Warehouse, project: str) -> list[tuple[str, str]]:
@@ -155,7 +157,7 @@ def refresh_threads(wh: Warehouse, stage_key: str) -> int:
         if json.loads(wh.get_meta(THREADS_BUILT) or "{}").get("key") != stage_key:
             for table in ("session_threads", "thread_links", "thread_inputs"):
                 wh.conn.execute(f"DELETE FROM {table}")
-        changes = _changed_sessions(wh)
+        changes, inputs_now = _changed_sessions(wh)
         new_links, touched, components = [], set(), []
         for project, changed in sorted(changes.items()):
             links, project_touched, project_components = _relink(wh, project, changed)
@@ -169,17 +171,11 @@ def refresh_threads(wh: Warehouse, stage_key: str) -> int:
             for thread in build_threads([inputs[s] for s in component if s in inputs and inputs[s].project == project])
         ]
         changed_ids = sorted({s for sessions in changes.values() for s in sessions})
-        with wh._values(changed_ids) as changed, wh._values(sorted(touched)) as replaced:
-            wh.conn.execute(f"""DELETE FROM thread_links
-                                WHERE session_a IN (FROM {changed}) OR session_b IN (FROM {changed})""")
-            wh.conn.execute(f"DELETE FROM thread_inputs WHERE session_id IN (FROM {changed})")
-            wh.conn.execute(
-                f"""INSERT INTO thread_inputs SELECT s.session_id, coalesce(s.project, ''), md5({SESSION_INPUT})
-                    {THREAD_INPUTS} AND s.session_id IN (FROM {changed})"""
-            )
-            wh.conn.execute(f"DELETE FROM session_threads WHERE session_id IN (FROM {replaced})")
+        wh.delete_thread_links(changed_ids)
         wh.insert("thread_links", [dict(zip(("project", "session_a", "session_b"), link, strict=True))
                                    for link in new_links])
+        wh.insert("thread_inputs", inputs_now)
+        wh.delete_where("session_threads", "session_id", sorted(touched))
         wh.insert(
             "session_threads",
             [
