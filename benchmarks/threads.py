@@ -51,8 +51,10 @@ class Project:
         active = np.flatnonzero((self.theme_start <= day) & (day < self.theme_start + THEME_DAYS))
         theme = int(self.rng.choice(active)) if len(active) else int(np.argmin(abs(self.theme_start - day)))
         vector = 0.6 * self.shared + self.centers[theme] + self.rng.normal(scale=0.8, size=WIDTH)
-        topics = [f"theme{theme}-{k}" for k in self.rng.choice(4, size=2, replace=False)] + [f"misc{self.rng.integers(30)}"]
-        files = [f"src/theme{theme}/{k}.py" for k in self.rng.choice(3, size=2)] + [f"src/common{self.rng.integers(20)}.py"]
+        topics = [f"theme{theme}-{k}" for k in self.rng.choice(4, size=2, replace=False)]
+        topics.append(f"misc{self.rng.integers(30)}")
+        files = [f"src/theme{theme}/{k}.py" for k in self.rng.choice(3, size=2)]
+        files.append(f"src/common{self.rng.integers(20)}.py")
         return {"summary_id": f"s{n}@{version}", "session_id": f"s{n}", "version": version,
                 "summary": json.dumps({"topics": topics, "files_modified": files}),
                 "embedding": [float(x) for x in vector]}

@@ -1314,8 +1314,7 @@ class Warehouse(_Queries):
         self.delete_session_caches(ids)
         self.clear_batch_answers()  # a chat answer is known only by its request's fingerprint: all are asked again
         self.delete_sessions(ids, purge=True)
-        self.delete_where("session_threads", "session_id", ids)
-        self.delete_thread_links(ids)
+        self.delete_where("session_threads", "session_id", ids)  # its thread_links: by the next threads run
         self.conn.execute(
             "UPDATE source_files SET session_ids = list_filter(session_ids, s -> NOT list_contains($ids, s)) "
             "WHERE list_has_any(session_ids, $ids)",

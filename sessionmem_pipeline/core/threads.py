@@ -4,14 +4,17 @@ Two sessions of one project are linked by how related they are, 0..1 (`link_scor
 of their summary embeddings, the best cosine between a chunk of one and a chunk of the other (one shared episode
 links two otherwise different sessions), the Jaccard overlap of their topics and the overlap of the files they
 modified, counting only the signals both sessions have; then lowered by the time between them (by at most
-TIME_FLOOR's complement, half of that with every `half_life_days`) and cut to nothing beyond `max_gap_days`. Threads are grown by average-linkage
-clustering: the two groups whose mean link is highest merge while that mean reaches `similarity_threshold`, so one
-chatty session cannot chain unrelated work together the way connected components would.
+TIME_FLOOR's complement, half of that with every `half_life_days`) and cut to nothing beyond `max_gap_days`.
+Vectors are compared on a fine grid, which makes each score exact and independent of the sessions computed with it
+(`_on_grid`): links computed apart, as the threads stage does for what changed, combine exactly. Threads are grown
+by average-linkage clustering: the two groups whose mean link is highest merge while that mean reaches
+`similarity_threshold`, so one chatty session cannot chain unrelated work together the way connected components
+would.
 
 A session related to no other is in no thread: `build_threads` returns threads of two or more sessions, and a
 session that appears in none has no related discussion. The result depends only on the input set, not its order.
 The defaults are calibrated on the offline MiniLM embedder (related sessions score about 0.6-0.8, unrelated
-sessions of the same project about 0.2-0.4); `benchmarks/threads.py` measures other thresholds.
+sessions of the same project about 0.2-0.4); `benchmarks/threads.py` measures what keeping threads current costs.
 """
 
 from __future__ import annotations

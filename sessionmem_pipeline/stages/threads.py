@@ -1,12 +1,13 @@
 """Threads: related sessions linked across time (`session_threads`), built from the latest summaries.
 
 A change re-clusters only what it can affect. The links at or above the similarity threshold are kept
-(`thread_links`, without scores: clustering a component recomputes its links), with the input each session was linked from (`thread_inputs`). When sessions change (their
-summary, start or project; or they appear or go), only their links are recomputed, against the sessions of their
-project within MAX_GAP_DAYS of them, and only the strong components (core/threads.py `strong_components`) that hold
-a changed session now or held one before are clustered again and have their threads replaced. Links depend only on
-their two sessions, and clustering a component alone gives that component's threads of a whole-project clustering,
-so the result is exactly a full rebuild's. A new stage key (version or configuration) rebuilds everything.
+(`thread_links`, without scores: clustering a component recomputes its links), with the input each session was
+linked from (`thread_inputs`). When sessions change (their summary, start or project; or they appear or go), only
+their links are recomputed, against the sessions of their project within MAX_GAP_DAYS of them, and only the strong
+components (core/threads.py `strong_components`) that hold a changed session now or held one before are clustered
+again and have their threads replaced. Links depend only on their two sessions, and clustering a component alone
+gives that component's threads of a whole-project clustering, so the result is exactly a full rebuild's. A new
+stage key (version or configuration) rebuilds everything.
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ def _relink(wh: Warehouse, project: str, changed: set[str]) -> tuple[list[tuple]
     present = [s for s in _inputs(wh, sorted(changed)) if s.project == project]
     new_links: list[tuple] = []
     if present:
-        others = present + _inputs(wh, sorted(set(_within_reach(wh, project, present)) - {s.session_id for s in present}))
+        reach = set(_within_reach(wh, project, present)) - {s.session_id for s in present}
+        others = present + _inputs(wh, sorted(reach))
         strong = link_scores(present, others) >= SIMILARITY_THRESHOLD
         strong[:, : len(present)] &= np.triu(np.ones((len(present), len(present)), dtype=bool), 1)  # each pair once
         for i, j in zip(*np.nonzero(strong), strict=True):
