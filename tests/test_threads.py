@@ -280,12 +280,13 @@ class _Project:
     def pick(self) -> str:
         return str(self.rng.choice(sorted(self.sessions)))
 
-    def resummarize(self) -> None:
+    def resummarize(self) -> str:
         session_id = self.pick()
         version = self.sessions[session_id] = self.sessions[session_id] + 1
         with self.wh.transaction():
             self.wh.insert("session_summaries", [self._summary(session_id, version)])
             self.wh.conn.execute("UPDATE sessions SET summary_version = ? WHERE session_id = ?", [version, session_id])
+        return session_id
 
     def update(self, column: str, value) -> None:
         with self.wh.transaction():
@@ -324,7 +325,9 @@ def _rebuilt_from_scratch(wh) -> list[tuple]:
     )
 
 
-def test_threads_updated_change_by_change_equal_a_full_clustering_after_every_change(tmp_path) -> None:
+@pytest.fixture
+def threaded(tmp_path):
+    """A warehouse of 40 random sessions whose threads are built, and the project that mutates them."""
     from sessionmem_pipeline.stages.threads import refresh_threads
     from sessionmem_pipeline.warehouse import Warehouse
 
@@ -333,37 +336,49 @@ def test_threads_updated_change_by_change_equal_a_full_clustering_after_every_ch
         for _ in range(40):
             project.add()
         refresh_threads(wh, "key")
-        assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
-        kinds = set()
-        for _ in range(60):
-            kinds.add(project.step())
-            refresh_threads(wh, "key")
-            assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
-        assert kinds == {"add", "resummarize", "delete", "move", "project"}
-        assert len({row[0] for row in _thread_rows(wh)}) >= 4  # several threads, so components were kept apart
-        assert refresh_threads(wh, "key") == 0  # nothing changed: nothing clustered
+        yield wh, project
 
 
-def test_a_change_replaces_only_the_threads_of_its_strong_component(tmp_path) -> None:
+def test_threads_updated_change_by_change_equal_a_full_clustering_after_every_change(threaded) -> None:
     from sessionmem_pipeline.stages.threads import refresh_threads
-    from sessionmem_pipeline.warehouse import Warehouse
 
-    with Warehouse(tmp_path / "w.duckdb") as wh:
-        project = _Project(wh, seed=3)
-        for _ in range(40):
-            project.add()
+    wh, project = threaded
+    assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
+    kinds = set()
+    for _ in range(60):
+        kinds.add(project.step())
         refresh_threads(wh, "key")
-        before = wh.conn.execute("SELECT thread_id, session_id, updated_at FROM session_threads").fetchall()
-        project.resummarize()
-        rebuilt = refresh_threads(wh, "key")
-        after = wh.conn.execute("SELECT thread_id, session_id, updated_at FROM session_threads").fetchall()
-        kept = set(before) & set(after)
-        assert len({row[0] for row in kept}) >= 2 and rebuilt < len({row[0] for row in after})
         assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
-        # a new stage key rebuilds everything
-        assert refresh_threads(wh, "new key") == len({row[0] for row in after})
-        assert not set(after) & set(wh.conn.execute(
-            "SELECT thread_id, session_id, updated_at FROM session_threads").fetchall())
+    assert kinds == {"add", "resummarize", "delete", "move", "project"}
+    assert len({row[0] for row in _thread_rows(wh)}) >= 4  # several threads, so components were kept apart
+    assert refresh_threads(wh, "key") == 0  # nothing changed: nothing clustered
+
+
+def test_a_change_replaces_only_the_threads_of_its_strong_component(threaded) -> None:
+    from sessionmem_pipeline.core.threads import strong_components
+    from sessionmem_pipeline.stages.threads import refresh_threads
+
+    wh, project = threaded
+    stored = "SELECT thread_id, session_id, updated_at FROM session_threads"
+    before = wh.conn.execute(stored).fetchall()
+
+    def component_of(session_id: str) -> set[str]:
+        sessions = [row[0] for row in wh.conn.execute("SELECT session_id FROM sessions").fetchall()]
+        links = wh.conn.execute("SELECT session_a, session_b FROM thread_links").fetchall()
+        return next(c for c in strong_components(sessions, links) if session_id in c)
+
+    changed = project.resummarize()
+    touched = component_of(changed)
+    refresh_threads(wh, "key")
+    touched |= component_of(changed)
+    after = wh.conn.execute(stored).fetchall()
+    assert sorted(row for row in before if row[1] not in touched) == sorted(row for row in after if row[1] not in touched)
+    assert len({row[0] for row in after if row[1] not in touched}) >= 2  # other threads were there, untouched
+    assert not set(after) & {row for row in before if row[1] in touched}  # the component's threads were replaced
+    assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
+    # a new stage key rebuilds everything
+    assert refresh_threads(wh, "new key") == len({row[0] for row in after})
+    assert not set(after) & set(wh.conn.execute(stored).fetchall())
 
 
 def test_a_link_score_does_not_depend_on_the_sessions_computed_with_it() -> None:
