@@ -372,7 +372,8 @@ def test_a_change_replaces_only_the_threads_of_its_strong_component(threaded) ->
     refresh_threads(wh, "key")
     touched |= component_of(changed)
     after = wh.conn.execute(stored).fetchall()
-    assert sorted(row for row in before if row[1] not in touched) == sorted(row for row in after if row[1] not in touched)
+    untouched = [sorted(row for row in rows if row[1] not in touched) for rows in (before, after)]
+    assert untouched[0] == untouched[1]
     assert len({row[0] for row in after if row[1] not in touched}) >= 2  # other threads were there, untouched
     assert not set(after) & {row for row in before if row[1] in touched}  # the component's threads were replaced
     assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
