@@ -128,7 +128,7 @@ def _best_chunk_similarity(
 
 def _incidence(value_sets: Sequence[Sequence[str]], index: dict[str, int]) -> np.ndarray:
     """Sessions x values (`index`): 1 where the session has the value."""
-    matrix = np.zeros((len(value_sets), len(index)))
+    matrix = np.zeros((len(value_sets), len(index)), dtype=np.float32)  # counts below 2**24: exact
     for row, values in enumerate(value_sets):
         matrix[row, [index[v] for v in set(values)]] = 1
     return matrix
@@ -140,7 +140,7 @@ def _set_overlaps(
     """Per pair: the Jaccard overlap, the overlap relative to the smaller set, and whether both sets are non-empty."""
     index = {value: i for i, value in enumerate(sorted({v for values in [*rows, *cols] for v in values}))}
     row_incidence, col_incidence = _incidence(rows, index), _incidence(cols, index)
-    shared = row_incidence @ col_incidence.T  # counts: exact
+    shared = row_incidence @ col_incidence.T
     row_sizes, col_sizes = row_incidence.sum(axis=1), col_incidence.sum(axis=1)
     union = row_sizes[:, None] + col_sizes[None, :] - shared
     smaller = np.minimum(row_sizes[:, None], col_sizes[None, :])

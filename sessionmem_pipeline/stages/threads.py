@@ -128,15 +128,18 @@ def _within_reach(wh: Warehouse, project: str, sessions: Sequence[ThreadInput]) 
     return list(ids[reach])
 
 
-def _relink(wh: Warehouse, project: str, changed: set[str]) -> tuple[list[tuple], set[str], list[set[str]]]:
+def _relink(
+    wh: Warehouse, project: str, changed: set[str], loaded: dict[str, ThreadInput]
+) -> tuple[list[tuple], set[str], list[set[str]]]:
     """For one project: the changed sessions' strong links as they are now, the sessions whose threads must be
-    replaced, and the strong components to cluster again (nothing written)."""
+    replaced, and the strong components to cluster again (nothing written; the inputs it read go to `loaded`)."""
     before = _strong_links(wh, project)
     present = [s for s in _inputs(wh, sorted(changed)) if s.project == project]
     new_links: list[tuple] = []
     if present:
         reach = set(_within_reach(wh, project, present)) - {s.session_id for s in present}
         others = present + _inputs(wh, sorted(reach))
+        loaded.update((s.session_id, s) for s in others)
         strong = link_scores(present, others) >= SIMILARITY_THRESHOLD
         strong[:, : len(present)] &= np.triu(np.ones((len(present), len(present)), dtype=bool), 1)  # each pair once
         for i, j in zip(*np.nonzero(strong), strict=True):
@@ -160,13 +163,13 @@ def refresh_threads(wh: Warehouse, stage_key: str) -> int:
             for table in ("session_threads", "thread_links", "thread_inputs"):
                 wh.conn.execute(f"DELETE FROM {table}")
         changes, inputs_now = _changed_sessions(wh)
-        new_links, touched, components = [], set(), []
+        new_links, touched, components, inputs = [], set(), [], {}
         for project, changed in sorted(changes.items()):
-            links, project_touched, project_components = _relink(wh, project, changed)
+            links, project_touched, project_components = _relink(wh, project, changed, inputs)
             new_links += links
             touched |= project_touched
             components += [(project, component) for component in project_components]
-        inputs = {s.session_id: s for s in _inputs(wh, sorted(touched))}
+        inputs.update((s.session_id, s) for s in _inputs(wh, sorted(touched - inputs.keys())))
         threads = [
             thread
             for project, component in components
