@@ -401,3 +401,35 @@ def test_a_link_score_does_not_depend_on_the_sessions_computed_with_it() -> None
         rows, cols = sorted(rng.choice(60, size=7, replace=False)), list(rng.choice(60, size=23, replace=False))
         part = link_scores([sessions[i] for i in rows], [sessions[j] for j in cols])
         assert np.array_equal(part, whole[np.ix_(rows, cols)])
+
+
+def _merges_by_scanning_the_matrix(links, threshold: float) -> list[list[int]]:
+    """Average linkage by its definition: merge the first maximum of the whole matrix, in row-major order."""
+    import numpy as np
+
+    groups = [[i] for i in range(len(links))]
+    between = links.astype(np.float64, copy=True)
+    np.fill_diagonal(between, -np.inf)
+    while len(links) > 1:
+        i, j = divmod(int(np.argmax(between)), len(links))
+        if between[i, j] < threshold:
+            return [sorted(group) for group in groups if group]
+        merged = (between[i] * len(groups[i]) + between[j] * len(groups[j])) / (len(groups[i]) + len(groups[j]))
+        between[i], between[:, i], between[j], between[:, j] = merged, merged, -np.inf, -np.inf
+        between[i, i] = -np.inf
+        groups[i], groups[j] = groups[i] + groups[j], []
+    return [sorted(group) for group in groups if group]
+
+
+def test_average_linkage_merges_the_first_maximum_of_the_matrix_also_among_ties() -> None:
+    import numpy as np
+
+    from sessionmem_pipeline.core.threads import _average_linkage
+
+    rng = np.random.default_rng(2)
+    for trial in range(400):
+        size = int(rng.integers(0, 30))
+        links = np.triu(np.round(rng.random((size, size)) * (4 if trial % 2 else 1000)) / (4 if trial % 2 else 1000), 1)
+        for threshold in (0.25, 0.5, 0.75):
+            assert _average_linkage(links + links.T, threshold) == _merges_by_scanning_the_matrix(links + links.T,
+                                                                                                  threshold)

@@ -259,15 +259,20 @@ def _time_order(session: ThreadInput) -> tuple:
 
 
 def _average_linkage(links: np.ndarray, threshold: float) -> list[list[int]]:
-    """Groups of indices, merged pairwise while the best mean link between two groups reaches the threshold."""
+    """Groups of indices, merged pairwise while the best mean link between two groups reaches the threshold.
+
+    The pair merged is always the first maximum of the matrix in row-major order, so ties resolve the same way
+    every time; it is found from each row's first maximum (kept up to date: a merge changes two columns, so only
+    rows whose maximum was there are searched again), which makes a merge cost a row, not the matrix."""
     groups: list[list[int]] = [[i] for i in range(len(links))]
     between = links.astype(np.float64, copy=True)
     np.fill_diagonal(between, -np.inf)
-    alive = np.ones(len(links), dtype=bool)
-    while alive.sum() > 1:
-        best = int(np.argmax(between))  # first maximum in row-major order: ties resolve the same way every time
-        i, j = divmod(best, len(links))
-        if between[i, j] < threshold:
+    best_col = between.argmax(axis=1) if len(links) else np.zeros(0, dtype=int)
+    best = between[np.arange(len(links)), best_col]
+    while len(links) > 1:
+        i = int(np.argmax(best))  # the first row holding the maximum, and its first column holding it
+        j = int(best_col[i])
+        if not best[i] >= threshold:
             break
         size_i, size_j = len(groups[i]), len(groups[j])
         merged = (between[i] * size_i + between[j] * size_j) / (size_i + size_j)
@@ -276,7 +281,14 @@ def _average_linkage(links: np.ndarray, threshold: float) -> list[list[int]]:
         between[j], between[:, j] = -np.inf, -np.inf
         groups[i] += groups[j]
         groups[j] = []
-        alive[j] = False
+        stale = (best_col == i) | (best_col == j)
+        stale[[i, j]] = True
+        column = between[:, i]
+        better = ~stale & ((column > best) | ((column == best) & (i < best_col)))
+        best_col[better], best[better] = i, column[better]
+        rows = np.flatnonzero(stale)
+        best_col[rows] = between[rows].argmax(axis=1)
+        best[rows] = between[rows, best_col[rows]]
     return [sorted(group) for group in groups if group]
 
 
