@@ -148,7 +148,7 @@ def _relink(
     for component in strong_components({s for link in before for s in link} | changed, before):
         if component & changed:
             touched |= component
-    links_now = [(a, b) for a, b in before if a not in changed and b not in changed] + [l[1:] for l in new_links]
+    links_now = [(a, b) for a, b in before if a not in changed and b not in changed] + [link[1:] for link in new_links]
     to_cluster = [component for component in strong_components({s for link in links_now for s in link} | touched,
                                                                 links_now) if component & touched]
     return new_links, touched.union(*to_cluster), to_cluster
