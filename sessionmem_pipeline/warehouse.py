@@ -62,7 +62,7 @@ def _remember_missing(name: str) -> None:
 _remember_missing("pandas")
 
 DATABASE = "wh"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -286,6 +286,11 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     8: [  # the session-start hook's recaps, made at index time (recaps.py): the hook then only reads text
         "CREATE TABLE session_recaps (session_id VARCHAR, budget INTEGER, input_fp VARCHAR, text VARCHAR, built_at TIMESTAMPTZ)",
+    ],
+    9: [  # what threads are updated from (stages/threads.py): the strong links (session_a < session_b), and the
+        # input each session's links were computed from
+        "CREATE TABLE thread_links (project VARCHAR, session_a VARCHAR, session_b VARCHAR)",
+        "CREATE TABLE thread_inputs (session_id VARCHAR, project VARCHAR, input_fp VARCHAR)",
     ],
 }
 
@@ -1367,6 +1372,12 @@ class Warehouse(_Queries):
         )
         self.bump_generation()
 
+    def delete_thread_links(self, session_ids: Sequence[str]) -> None:
+        """The sessions' strong links and the inputs they were computed from (stages/threads.py)."""
+        for table, column in (("thread_links", "session_a"), ("thread_links", "session_b"),
+                              ("thread_inputs", "session_id")):
+            self.delete_where(table, column, session_ids)
+
     def delete_where_stage(self, stage: str, session_ids: Sequence[str]) -> None:
         self.conn.execute(
             "DELETE FROM stage_state WHERE stage = ? AND session_id IN (SELECT unnest(?))", [stage, list(session_ids)]
@@ -1423,7 +1434,7 @@ class Warehouse(_Queries):
         self.delete_session_caches(ids)
         self.clear_batch_answers()  # a chat answer is known only by its request's fingerprint: all are asked again
         self.delete_sessions(ids, purge=True)
-        self.delete_where("session_threads", "session_id", ids)
+        self.delete_where("session_threads", "session_id", ids)  # its thread_links: by the next threads run
         self.conn.execute(
             "UPDATE source_files SET session_ids = list_filter(session_ids, s -> NOT list_contains($ids, s)) "
             "WHERE list_has_any(session_ids, $ids)",

@@ -185,7 +185,7 @@ def _thread_rows(wh) -> list[tuple]:
 def test_a_change_rebuilds_only_its_projects_threads_and_matches_a_full_rebuild(tmp_path) -> None:
     from sessionmem_pipeline.config import load_settings
     from sessionmem_pipeline.stages.run import forget, index_sources
-    from sessionmem_pipeline.stages.threads import THREADS_BUILT, project_fingerprints, refresh_threads
+    from sessionmem_pipeline.stages.threads import THREADS_BUILT, refresh_threads
     from sessionmem_pipeline.warehouse import Warehouse
 
     def write(project: str, name: str, day: str, turns: list[str]) -> None:
@@ -221,7 +221,7 @@ def test_a_change_rebuilds_only_its_projects_threads_and_matches_a_full_rebuild(
         with Warehouse(copy) as wh:
             with wh.transaction():
                 wh.conn.execute("DELETE FROM meta WHERE key = ?", [THREADS_BUILT])
-            refresh_threads(wh, "any key", project_fingerprints(wh))
+            refresh_threads(wh, "any key")
             return _thread_rows(wh) == incremental and len(incremental) > 0
 
     infra_before = infra_rows()
@@ -236,3 +236,200 @@ def test_a_change_rebuilds_only_its_projects_threads_and_matches_a_full_rebuild(
     assert index_sources(settings).threads == 1
     assert infra_rows() == infra_before
     assert matches_a_full_rebuild()
+
+
+class _Project:
+    """Sessions written straight into a real warehouse (sessions + latest summaries), mutated at random: each
+    session's vector, topics and files come from one of a few themes, so strong components and threads form."""
+
+    THEMES = 6
+
+    def __init__(self, wh, seed: int) -> None:
+        import numpy as np
+
+        self.wh, self.rng = wh, np.random.default_rng(seed)
+        self.centers = self.rng.normal(size=(self.THEMES, 24))
+        self.sessions: dict[str, int] = {}  # id -> latest summary version
+        self.count = 0
+
+    def _summary(self, session_id: str, version: int) -> dict:
+        theme = int(self.rng.integers(self.THEMES))
+        vocabulary = [f"theme{theme}-{n}" for n in range(4)] + [f"misc-{n}" for n in range(6)]
+        vector = self.centers[theme] + self.rng.normal(scale=0.6, size=24)
+        summary = {"topics": list(self.rng.choice(vocabulary, size=3, replace=False)),
+                   "files_modified": [f"src/{name}.py" for name in self.rng.choice(vocabulary, size=2)]}
+        return {"summary_id": f"{session_id}@{version}", "session_id": session_id, "version": version,
+                "summary": json.dumps(summary),
+                "embedding": None if self.rng.random() < 0.05 else [float(x) for x in vector]}
+
+    def _start(self):
+        if self.rng.random() < 0.03:
+            return None
+        return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=float(self.rng.uniform(0, 240)))
+
+    def add(self) -> None:
+        self.count += 1
+        session_id = f"s{self.count:03d}"
+        project = "main" if self.rng.random() < 0.85 else "side"
+        with self.wh.transaction():
+            self.wh.insert("sessions", [{"session_id": session_id, "project": project, "started_at": self._start(),
+                                         "summary_version": 1}])
+            self.wh.insert("session_summaries", [self._summary(session_id, 1)])
+        self.sessions[session_id] = 1
+
+    def pick(self) -> str:
+        return str(self.rng.choice(sorted(self.sessions)))
+
+    def resummarize(self) -> str:
+        session_id = self.pick()
+        version = self.sessions[session_id] = self.sessions[session_id] + 1
+        with self.wh.transaction():
+            self.wh.insert("session_summaries", [self._summary(session_id, version)])
+            self.wh.conn.execute("UPDATE sessions SET summary_version = ? WHERE session_id = ?", [version, session_id])
+        return session_id
+
+    def update(self, column: str, value) -> None:
+        with self.wh.transaction():
+            self.wh.conn.execute(f"UPDATE sessions SET {column} = ? WHERE session_id = ?", [value, self.pick()])
+
+    def delete(self) -> None:
+        session_id = self.pick()
+        del self.sessions[session_id]
+        with self.wh.transaction():
+            self.wh.conn.execute("DELETE FROM sessions WHERE session_id = ?", [session_id])
+
+    def step(self) -> str:
+        kind = str(self.rng.choice(["add", "add", "resummarize", "resummarize", "delete", "move", "project"]))
+        if kind == "add":
+            self.add()
+        elif kind == "resummarize":
+            self.resummarize()
+        elif kind == "delete":
+            self.delete()
+        elif kind == "move":
+            self.update("started_at", self._start())
+        else:
+            self.update("project", str(self.rng.choice(["main", "side"])))
+        return kind
+
+
+def _rebuilt_from_scratch(wh) -> list[tuple]:
+    """The rows a clustering of every whole project gives (core build_threads over all current inputs)."""
+    from sessionmem_pipeline.stages.threads import _inputs
+
+    ids = [row[0] for row in wh.conn.execute("SELECT session_id FROM sessions").fetchall()]
+    return sorted(
+        (thread.thread_id, sid, n, thread.title, list(thread.topics))
+        for thread in build_threads(_inputs(wh, ids))
+        for n, sid in enumerate(thread.session_ids)
+    )
+
+
+@pytest.fixture
+def threaded(tmp_path):
+    """A warehouse of 40 random sessions whose threads are built, and the project that mutates them."""
+    from sessionmem_pipeline.stages.threads import refresh_threads
+    from sessionmem_pipeline.warehouse import Warehouse
+
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        project = _Project(wh, seed=7)
+        for _ in range(40):
+            project.add()
+        refresh_threads(wh, "key")
+        yield wh, project
+
+
+def test_threads_updated_change_by_change_equal_a_full_clustering_after_every_change(threaded) -> None:
+    from sessionmem_pipeline.stages.threads import refresh_threads
+
+    wh, project = threaded
+    assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
+    kinds = set()
+    for _ in range(60):
+        kinds.add(project.step())
+        refresh_threads(wh, "key")
+        assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
+    assert kinds == {"add", "resummarize", "delete", "move", "project"}
+    assert len({row[0] for row in _thread_rows(wh)}) >= 4  # several threads, so components were kept apart
+    assert refresh_threads(wh, "key") == 0  # nothing changed: nothing clustered
+
+
+def test_a_change_replaces_only_the_threads_of_its_strong_component(threaded) -> None:
+    from sessionmem_pipeline.core.threads import strong_components
+    from sessionmem_pipeline.stages.threads import refresh_threads
+
+    wh, project = threaded
+    stored = "SELECT thread_id, session_id, updated_at FROM session_threads"
+    before = wh.conn.execute(stored).fetchall()
+
+    def component_of(session_id: str) -> set[str]:
+        sessions = [row[0] for row in wh.conn.execute("SELECT session_id FROM sessions").fetchall()]
+        links = wh.conn.execute("SELECT session_a, session_b FROM thread_links").fetchall()
+        return next(c for c in strong_components(sessions, links) if session_id in c)
+
+    changed = project.resummarize()
+    touched = component_of(changed)
+    refresh_threads(wh, "key")
+    touched |= component_of(changed)
+    after = wh.conn.execute(stored).fetchall()
+    untouched = [sorted(row for row in rows if row[1] not in touched) for rows in (before, after)]
+    assert untouched[0] == untouched[1]
+    assert len({row[0] for row in after if row[1] not in touched}) >= 2  # other threads were there, untouched
+    assert not set(after) & {row for row in before if row[1] in touched}  # the component's threads were replaced
+    assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
+    # a new stage key rebuilds everything
+    assert refresh_threads(wh, "new key") == len({row[0] for row in after})
+    assert not set(after) & set(wh.conn.execute(stored).fetchall())
+
+
+def test_a_link_score_does_not_depend_on_the_sessions_computed_with_it() -> None:
+    import numpy as np
+
+    from sessionmem_pipeline.core.threads import link_scores
+
+    rng = np.random.default_rng(5)
+    sessions = [
+        ThreadInput(session_id=f"s{n}", project="p", started_at=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=n),
+                    topics=tuple(rng.choice(["a", "b", "c", "d"], size=2)), files=("x.py",) if n % 3 else (),
+                    summary_vector=list(rng.normal(size=384)) if n % 7 else None,
+                    chunk_vectors=[list(v) for v in rng.normal(size=(int(rng.integers(0, 20)), 384))])
+        for n in range(60)
+    ]
+    whole = link_scores(sessions, sessions)
+    assert (whole == whole.T).all() and (whole > 0).any()
+    for _ in range(5):
+        rows, cols = sorted(rng.choice(60, size=7, replace=False)), list(rng.choice(60, size=23, replace=False))
+        part = link_scores([sessions[i] for i in rows], [sessions[j] for j in cols])
+        assert np.array_equal(part, whole[np.ix_(rows, cols)])
+
+
+def _merges_by_scanning_the_matrix(links, threshold: float) -> list[list[int]]:
+    """Average linkage by its definition: merge the first maximum of the whole matrix, in row-major order."""
+    import numpy as np
+
+    groups = [[i] for i in range(len(links))]
+    between = links.astype(np.float64, copy=True)
+    np.fill_diagonal(between, -np.inf)
+    while len(links) > 1:
+        i, j = divmod(int(np.argmax(between)), len(links))
+        if between[i, j] < threshold:
+            return [sorted(group) for group in groups if group]
+        merged = (between[i] * len(groups[i]) + between[j] * len(groups[j])) / (len(groups[i]) + len(groups[j]))
+        between[i], between[:, i], between[j], between[:, j] = merged, merged, -np.inf, -np.inf
+        between[i, i] = -np.inf
+        groups[i], groups[j] = groups[i] + groups[j], []
+    return [sorted(group) for group in groups if group]
+
+
+def test_average_linkage_merges_the_first_maximum_of_the_matrix_also_among_ties() -> None:
+    import numpy as np
+
+    from sessionmem_pipeline.core.threads import _average_linkage
+
+    rng = np.random.default_rng(2)
+    for trial in range(400):
+        size = int(rng.integers(0, 30))
+        links = np.triu(np.round(rng.random((size, size)) * (4 if trial % 2 else 1000)) / (4 if trial % 2 else 1000), 1)
+        for threshold in (0.25, 0.5, 0.75):
+            assert _average_linkage(links + links.T, threshold) == _merges_by_scanning_the_matrix(links + links.T,
+                                                                                                  threshold)

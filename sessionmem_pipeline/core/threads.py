@@ -4,21 +4,24 @@ Two sessions of one project are linked by how related they are, 0..1 (`link_scor
 of their summary embeddings, the best cosine between a chunk of one and a chunk of the other (one shared episode
 links two otherwise different sessions), the Jaccard overlap of their topics and the overlap of the files they
 modified, counting only the signals both sessions have; then lowered by the time between them (by at most
-TIME_FLOOR's complement, half of that with every `half_life_days`) and cut to nothing beyond `max_gap_days`. Threads are grown by average-linkage
-clustering: the two groups whose mean link is highest merge while that mean reaches `similarity_threshold`, so one
-chatty session cannot chain unrelated work together the way connected components would.
+TIME_FLOOR's complement, half of that with every `half_life_days`) and cut to nothing beyond `max_gap_days`.
+Vectors are compared on a fine grid, which makes each score exact and independent of the sessions computed with it
+(`_on_grid`): links computed apart, as the threads stage does for what changed, combine exactly. Threads are grown
+by average-linkage clustering: the two groups whose mean link is highest merge while that mean reaches
+`similarity_threshold`, so one chatty session cannot chain unrelated work together the way connected components
+would.
 
 A session related to no other is in no thread: `build_threads` returns threads of two or more sessions, and a
 session that appears in none has no related discussion. The result depends only on the input set, not its order.
 The defaults are calibrated on the offline MiniLM embedder (related sessions score about 0.6-0.8, unrelated
-sessions of the same project about 0.2-0.4); `benchmarks/threads.py` measures other thresholds.
+sessions of the same project about 0.2-0.4); `benchmarks/threads.py` measures what keeping threads current costs.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -31,6 +34,7 @@ TIME_FLOOR = 0.7  # however far apart (within max_gap_days), time takes at most 
 MAX_CHUNK_SEGMENTS = 16  # a longer session's chunks are averaged into this many consecutive segments
 TITLE_TOPICS = 3
 THREAD_TOPICS = 5
+GRID_BITS = 24  # vectors are compared on a grid of 2**-24 (see _on_grid)
 
 
 @dataclass(frozen=True)
@@ -74,115 +78,180 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
 
 
+def _on_grid(unit_rows: np.ndarray) -> np.ndarray:
+    """Unit vectors rounded to multiples of 2**-GRID_BITS, as float64: every product of two is an integer times
+    2**-2*GRID_BITS and every partial sum of a dot product stays below 2**53 of those units (Cauchy-Schwarz), so a
+    matrix product of them is exact, whatever the batch, order or BLAS kernel: a link never depends on which other
+    sessions were computed with it (an incremental update then equals a full rebuild bit for bit)."""
+    return np.round(unit_rows.astype(np.float64) * 2.0**GRID_BITS)
+
+
+def _cosines(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Exact products of grid vectors (`_on_grid`), scaled back to cosines."""
+    return (rows @ cols.T) * 2.0 ** (-2 * GRID_BITS)
+
+
 def _segments(chunk_vectors: Sequence[Sequence[float]]) -> np.ndarray | None:
-    """Unit chunk vectors; a long session's averaged into MAX_CHUNK_SEGMENTS consecutive stretches, which bounds
-    the cost per pair while keeping the session's topical stretches apart."""
+    """Unit chunk vectors on the grid; a long session's averaged into MAX_CHUNK_SEGMENTS consecutive stretches,
+    which bounds the cost per pair while keeping the session's topical stretches apart."""
     if not len(chunk_vectors):
         return None
     rows = _unit_rows(np.asarray(chunk_vectors, dtype=np.float32))
     if len(rows) > MAX_CHUNK_SEGMENTS:
         rows = _unit_rows(np.stack([part.mean(axis=0) for part in np.array_split(rows, MAX_CHUNK_SEGMENTS)]))
-    return rows
+    return _on_grid(rows)
 
 
-def _best_chunk_similarity(segments: Sequence[np.ndarray | None], linkable: np.ndarray) -> np.ndarray:
-    """For each pair of sessions, the cosine of their most similar pair of chunks (0 where one has none), skipping
-    what cannot link: each session is compared with the following ones up to the last it can link with, so in time
-    order (the gap only grows) a long history costs time linear in its length, not quadratic."""
-    best = np.zeros((len(segments), len(segments)), dtype=np.float32)
-    owners = np.array([i for i, rows in enumerate(segments) if rows is not None], dtype=int)
-    if len(owners) < 2:
+def _best_chunk_similarity(
+    rows: Sequence[np.ndarray | None], cols: Sequence[np.ndarray | None], linkable: np.ndarray
+) -> np.ndarray:
+    """For each pair (row session, column session), the cosine of their most similar pair of chunks (0 where one
+    has none or they cannot link). Each row session is compared with the stretch of column sessions from the first
+    to the last it can link with: in time order (the gap only grows) that is a window, so a long history costs
+    time linear in its length, not quadratic."""
+    best = np.zeros((len(rows), len(cols)))
+    owners = np.array([j for j, segments in enumerate(cols) if segments is not None], dtype=int)
+    if not len(owners):
         return best
-    stacked = np.vstack([segments[i] for i in owners])
-    offsets = np.concatenate([[0], np.cumsum([len(segments[i]) for i in owners])])
-    for k, i in enumerate(owners[:-1]):
-        reach = np.flatnonzero(linkable[i, owners[k + 1 :]])
+    stacked = np.vstack([cols[j] for j in owners])
+    offsets = np.concatenate([[0], np.cumsum([len(cols[j]) for j in owners])])
+    for i, segments in enumerate(rows):
+        reach = np.flatnonzero(linkable[i, owners]) if segments is not None else ()
         if not len(reach):
             continue
-        last = k + 1 + reach[-1]
-        block = stacked[offsets[k + 1] : offsets[last + 1]]
-        per_row = (segments[i] @ block.T).max(axis=0)
-        best[i, owners[k + 1 : last + 1]] = np.maximum.reduceat(per_row, offsets[k + 1 : last + 1] - offsets[k + 1])
-    return np.maximum(best, best.T)
+        first, last = reach[0], reach[-1]
+        per_column = _cosines(segments, stacked[offsets[first] : offsets[last + 1]]).max(axis=0)
+        window = np.maximum.reduceat(per_column, offsets[first : last + 1] - offsets[first])
+        best[i, owners[first : last + 1]] = window
+    return np.where(linkable, best, 0.0)
 
 
-def _incidence(value_sets: Sequence[Sequence[str]]) -> np.ndarray:
-    """Sessions x distinct values: 1 where the session has the value."""
-    index = {value: i for i, value in enumerate(sorted({v for values in value_sets for v in values}))}
-    matrix = np.zeros((len(value_sets), len(index)), dtype=np.float32)
+def _incidence(value_sets: Sequence[Sequence[str]], index: dict[str, int]) -> np.ndarray:
+    """Sessions x values (`index`): 1 where the session has the value."""
+    matrix = np.zeros((len(value_sets), len(index)), dtype=np.float32)  # counts below 2**24: exact
     for row, values in enumerate(value_sets):
         matrix[row, [index[v] for v in set(values)]] = 1
     return matrix
 
 
-def _set_overlaps(value_sets: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _set_overlaps(
+    rows: Sequence[Sequence[str]], cols: Sequence[Sequence[str]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per pair: the Jaccard overlap, the overlap relative to the smaller set, and whether both sets are non-empty."""
-    incidence = _incidence(value_sets)
-    shared = incidence @ incidence.T
-    sizes = incidence.sum(axis=1)
-    union = sizes[:, None] + sizes[None, :] - shared
-    smaller = np.minimum(sizes[:, None], sizes[None, :])
+    index = {value: i for i, value in enumerate(sorted({v for values in [*rows, *cols] for v in values}))}
+    row_incidence, col_incidence = _incidence(rows, index), _incidence(cols, index)
+    shared = row_incidence @ col_incidence.T
+    row_sizes, col_sizes = row_incidence.sum(axis=1), col_incidence.sum(axis=1)
+    union = row_sizes[:, None] + col_sizes[None, :] - shared
+    smaller = np.minimum(row_sizes[:, None], col_sizes[None, :])
     jaccard = np.divide(shared, union, out=np.zeros_like(shared), where=union > 0)
     relative = np.divide(shared, smaller, out=np.zeros_like(shared), where=smaller > 0)
     return jaccard, relative, smaller > 0
 
 
-def _time_factor(sessions: Sequence[ThreadInput], max_gap_days: float | None, half_life_days: float) -> np.ndarray:
-    """Per pair, what time leaves of a link: from 1 (same day) down to TIME_FLOOR, and 0 beyond max_gap_days; 1
-    where a start is unknown. The gap runs from the earlier session's end to the later one's start."""
+def _times(sessions: Sequence[ThreadInput]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     known = np.array([s.started_at is not None for s in sessions])
     start = np.array([s.started_at.timestamp() if s.started_at else 0.0 for s in sessions])
     end = np.array([(s.ended_at or s.started_at).timestamp() if s.started_at else 0.0 for s in sessions])
-    gap = np.maximum(np.maximum(start[None, :] - end[:, None], start[:, None] - end[None, :]), 0.0) / 86400
-    factor = TIME_FLOOR + (1 - TIME_FLOOR) * 0.5 ** (gap / half_life_days)
+    return known, start, end
+
+
+def _time_factor(
+    rows: Sequence[ThreadInput], cols: Sequence[ThreadInput], max_gap_days: float | None, half_life_days: float
+) -> np.ndarray:
+    """Per pair, what time leaves of a link: from 1 (same day) down to TIME_FLOOR, and 0 beyond max_gap_days; 1
+    where a start is unknown. The gap runs from the earlier session's end to the later one's start."""
+    (row_known, row_start, row_end), (col_known, col_start, col_end) = _times(rows), _times(cols)
+    gap = np.maximum(np.maximum(col_start[None, :] - row_end[:, None], row_start[:, None] - col_end[None, :]), 0.0)
+    factor = TIME_FLOOR + (1 - TIME_FLOOR) * 0.5 ** (gap / 86400 / half_life_days)
     if max_gap_days is not None:
-        factor[gap > max_gap_days] = 0.0
-    return np.where(np.outer(known, known), factor, 1.0)
+        factor[gap / 86400 > max_gap_days] = 0.0
+    return np.where(np.outer(row_known, col_known), factor, 1.0)
+
+
+def _summary_grid(sessions: Sequence[ThreadInput], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sessions' summary vectors on the grid (zeros where a session has none), and which have one."""
+    has_summary = np.array([s.summary_vector is not None and len(s.summary_vector) > 0 for s in sessions], dtype=bool)
+    vectors = np.zeros((len(sessions), width), dtype=np.float32)
+    for row in np.flatnonzero(has_summary):
+        vectors[row] = np.asarray(sessions[row].summary_vector, dtype=np.float32)
+    return _on_grid(_unit_rows(vectors)), has_summary
 
 
 def _link_matrix(
-    sessions: Sequence[ThreadInput], *, weights: LinkWeights, max_gap_days: float | None, half_life_days: float
+    rows: Sequence[ThreadInput],
+    cols: Sequence[ThreadInput],
+    *,
+    weights: LinkWeights,
+    max_gap_days: float | None,
+    half_life_days: float,
 ) -> np.ndarray:
-    """Link scores of every pair (`link_score`), computed for all pairs at once."""
-    has_summary = np.array([s.summary_vector is not None and len(s.summary_vector) > 0 for s in sessions])
-    summaries = np.zeros((len(sessions), 1), dtype=np.float32)
-    if has_summary.any():
-        width = next(len(s.summary_vector) for s, ok in zip(sessions, has_summary, strict=True) if ok)
-        summaries = _unit_rows(np.stack([
-            np.asarray(s.summary_vector, dtype=np.float32) if ok else np.zeros(width, dtype=np.float32)
-            for s, ok in zip(sessions, has_summary, strict=True)
-        ]))
-    projects = np.array([s.project for s in sessions], dtype=object)
-    time_factor = _time_factor(sessions, max_gap_days, half_life_days) * (projects[:, None] == projects[None, :])
-    segments = [_segments(s.chunk_vectors) for s in sessions]
-    has_chunks = np.array([rows is not None for rows in segments])
-    topic_jaccard, _, both_topics = _set_overlaps([s.topics for s in sessions])
-    _, file_overlap, both_files = _set_overlaps([s.files for s in sessions])
+    """Link scores (`link_score`) of every row session with every column session, computed at once; each score
+    depends only on its two sessions (exact products, element-wise arithmetic)."""
+    width = next((len(s.summary_vector) for s in [*rows, *cols] if s.summary_vector is not None
+                  and len(s.summary_vector)), 1)
+    (row_summaries, row_has_summary), (col_summaries, col_has_summary) = (
+        _summary_grid(rows, width), _summary_grid(cols, width))
+    row_projects = np.array([s.project for s in rows], dtype=object)
+    col_projects = np.array([s.project for s in cols], dtype=object)
+    time_factor = _time_factor(rows, cols, max_gap_days, half_life_days) * (row_projects[:, None] == col_projects)
+    row_segments, col_segments = [_segments(s.chunk_vectors) for s in rows], [_segments(s.chunk_vectors) for s in cols]
+    row_has_chunks = np.array([segments is not None for segments in row_segments], dtype=bool)
+    col_has_chunks = np.array([segments is not None for segments in col_segments], dtype=bool)
+    topic_jaccard, _, both_topics = _set_overlaps([s.topics for s in rows], [s.topics for s in cols])
+    _, file_overlap, both_files = _set_overlaps([s.files for s in rows], [s.files for s in cols])
     signals = [
-        (weights.summary, summaries @ summaries.T, np.outer(has_summary, has_summary)),
-        (weights.chunks, _best_chunk_similarity(segments, time_factor > 0), np.outer(has_chunks, has_chunks)),
+        (weights.summary, _cosines(row_summaries, col_summaries), np.outer(row_has_summary, col_has_summary)),
+        (weights.chunks, _best_chunk_similarity(row_segments, col_segments, time_factor > 0),
+         np.outer(row_has_chunks, col_has_chunks)),
         (weights.topics, topic_jaccard, both_topics),
         (weights.files, file_overlap, both_files),  # relative to the smaller set: a fix inside a refactor overlaps
     ]
     weighted = sum(weight * np.where(present, values, 0.0) for weight, values, present in signals)
     total = sum(weight * present for weight, _, present in signals)
     content = np.clip(np.divide(weighted, total, out=np.zeros_like(weighted), where=total > 0), 0.0, 1.0)
-    links = content * time_factor
-    np.fill_diagonal(links, 0.0)
-    return links
+    return content * time_factor
 
 
-def link_score(
-    a: ThreadInput,
-    b: ThreadInput,
+def link_scores(
+    rows: Sequence[ThreadInput],
+    cols: Sequence[ThreadInput],
     *,
     weights: LinkWeights = LinkWeights(),
     max_gap_days: float | None = MAX_GAP_DAYS,
     half_life_days: float = HALF_LIFE_DAYS,
-) -> float:
-    """How related two sessions are, 0..1 (0 across projects or beyond max_gap_days); symmetric."""
-    links = _link_matrix([a, b], weights=weights, max_gap_days=max_gap_days, half_life_days=half_life_days)
-    return float(links[0, 1])
+) -> np.ndarray:
+    """How related each row session is to each column session, 0..1 (0 across projects or beyond max_gap_days).
+    A score depends only on its two sessions, bit for bit, so scores computed in separate calls combine exactly."""
+    return _link_matrix(rows, cols, weights=weights, max_gap_days=max_gap_days, half_life_days=half_life_days)
+
+
+def link_score(a: ThreadInput, b: ThreadInput, **options) -> float:
+    """How related two sessions are (`link_scores`); symmetric."""
+    return float(link_scores([a], [b], **options)[0, 0])
+
+
+def strong_components(sessions: Iterable[str], strong_links: Iterable[tuple[str, str]]) -> list[set[str]]:
+    """The sessions grouped by the links at or above the similarity threshold: connected components.
+
+    Average linkage merges two groups only while their mean link reaches the threshold, which needs one pair
+    between them to reach it; so every thread lies inside one component, and since merges in different components
+    never interact (the first maximum of a component's links is the first of the whole matrix restricted to it),
+    clustering each component alone gives exactly the threads of clustering the whole project."""
+    parent = {session: session for session in sessions}
+
+    def root(session: str) -> str:
+        while parent[session] != session:
+            parent[session] = parent[parent[session]]
+            session = parent[session]
+        return session
+
+    for a, b in strong_links:
+        parent[root(a)] = root(b)
+    groups: dict[str, set[str]] = {}
+    for session in parent:
+        groups.setdefault(root(session), set()).add(session)
+    return list(groups.values())
 
 
 def _time_order(session: ThreadInput) -> tuple:
@@ -190,15 +259,20 @@ def _time_order(session: ThreadInput) -> tuple:
 
 
 def _average_linkage(links: np.ndarray, threshold: float) -> list[list[int]]:
-    """Groups of indices, merged pairwise while the best mean link between two groups reaches the threshold."""
+    """Groups of indices, merged pairwise while the best mean link between two groups reaches the threshold.
+
+    The pair merged is always the first maximum of the matrix in row-major order, so ties resolve the same way
+    every time; it is found from each row's first maximum (kept up to date: a merge changes two columns, so only
+    rows whose maximum was there are searched again), which makes a merge cost a row, not the matrix."""
     groups: list[list[int]] = [[i] for i in range(len(links))]
     between = links.astype(np.float64, copy=True)
     np.fill_diagonal(between, -np.inf)
-    alive = np.ones(len(links), dtype=bool)
-    while alive.sum() > 1:
-        best = int(np.argmax(between))  # first maximum in row-major order: ties resolve the same way every time
-        i, j = divmod(best, len(links))
-        if between[i, j] < threshold:
+    best_col = between.argmax(axis=1) if len(links) else np.zeros(0, dtype=int)
+    best = between[np.arange(len(links)), best_col]
+    while len(links) > 1:
+        i = int(np.argmax(best))  # the first row holding the maximum, and its first column holding it
+        j = int(best_col[i])
+        if not best[i] >= threshold:
             break
         size_i, size_j = len(groups[i]), len(groups[j])
         merged = (between[i] * size_i + between[j] * size_j) / (size_i + size_j)
@@ -207,7 +281,14 @@ def _average_linkage(links: np.ndarray, threshold: float) -> list[list[int]]:
         between[j], between[:, j] = -np.inf, -np.inf
         groups[i] += groups[j]
         groups[j] = []
-        alive[j] = False
+        stale = (best_col == i) | (best_col == j)
+        stale[[i, j]] = True
+        column = between[:, i]
+        better = ~stale & ((column > best) | ((column == best) & (i < best_col)))
+        best_col[better], best[better] = i, column[better]
+        rows = np.flatnonzero(stale)
+        best_col[rows] = between[rows].argmax(axis=1)
+        best[rows] = between[rows, best_col[rows]]
     return [sorted(group) for group in groups if group]
 
 
@@ -236,7 +317,9 @@ def build_threads(
         by_project.setdefault(session.project, []).append(session)
     threads: list[tuple[tuple, Thread]] = []
     for project, members in by_project.items():
-        links = _link_matrix(members, weights=weights, max_gap_days=max_gap_days, half_life_days=half_life_days)
+        links = _link_matrix(members, members, weights=weights, max_gap_days=max_gap_days,
+                             half_life_days=half_life_days)
+        np.fill_diagonal(links, 0.0)
         for group in _average_linkage(links, similarity_threshold):
             if len(group) < 2:
                 continue

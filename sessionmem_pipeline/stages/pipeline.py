@@ -439,12 +439,12 @@ def _summarize_through_batches(
 
 
 def threads(ctx: StageContext, report: StageReport) -> None:
-    """Threads of the projects whose sessions' summaries changed (stages/threads.py)."""
+    """Threads of the sessions whose summaries changed, and of those linked with them (stages/threads.py)."""
     per_project = project_fingerprints(ctx.wh)
     input_fp = hashlib.md5(json.dumps(per_project, sort_keys=True).encode()).hexdigest()
     if not ctx.global_is_stale(THREADS, input_fp):
         return
-    report.threads = refresh_threads(ctx.wh, ctx.keys[THREADS.name], per_project)
+    report.threads = refresh_threads(ctx.wh, ctx.keys[THREADS.name])
     with ctx.wh.transaction():
         ctx.record(THREADS, {GLOBAL: input_fp})
 
