@@ -756,6 +756,8 @@ class _Queries:
     def delete_sessions(self, session_ids: Sequence[str], *, purge: bool = False) -> None:
         """Every row of these sessions, in every table (call inside a transaction). `purge`: their indexed
         vectors too, at once (see delete_vectors)."""
+        if not session_ids:
+            return
         for table in SESSION_TABLES:
             self.delete_where(table, "session_id", session_ids)
         self.delete_vectors("e.session_id IN (SELECT unnest(?))", [list(session_ids)], purge=purge)
@@ -947,6 +949,8 @@ class Warehouse(_Queries):
         self.conn = connect(self.path)
         migrate(self.conn)
         self._seed_stopwords()
+        self._in_transaction = False
+        self._generation_bumped = False  # in the open transaction
 
     def _seed_stopwords(self) -> None:
         """The fts extension's English stopword list, taken from a throwaway index in the in-memory database
@@ -988,14 +992,22 @@ class Warehouse(_Queries):
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """All of it or none of it, also when the process is killed halfway."""
-        self.conn.execute("BEGIN")
-        try:
+        """All of it or none of it, also when the process is killed halfway. Opened inside another transaction
+        (files committed in one batch), it is part of that one: it commits or rolls back with it."""
+        if self._in_transaction:
             yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+            return
+        self.conn.execute("BEGIN")
+        self._in_transaction, self._generation_bumped = True, False
+        try:
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        finally:
+            self._in_transaction = False
 
     # -- generic row movement --
 
@@ -1026,7 +1038,9 @@ class Warehouse(_Queries):
             )
 
     def delete_where(self, table: str, column: str, values: Sequence[Any]) -> None:
-        if values:
+        if len(values) == 1:  # one key (a file's path): a plain parameter, no Arrow table to register
+            self.conn.execute(f"DELETE FROM {table} WHERE {column} = ?", [values[0]])
+        elif values:
             with self._values(values) as doomed:
                 self.conn.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT v FROM {doomed})")
 
@@ -1351,8 +1365,12 @@ class Warehouse(_Queries):
     # -- durable stage state --
 
     def bump_generation(self) -> None:
-        """Call inside the transaction that changed data readers see (published by the next publish stage)."""
+        """Call inside the transaction that changed data readers see (published by the next publish stage). Once
+        per transaction is enough to republish it, however many of its writes call this."""
+        if self._generation_bumped:
+            return
         self.set_meta("generation", str(self.generation() + 1))
+        self._generation_bumped = self._in_transaction
 
     def record_stage(
         self, stage: str, fingerprints: Mapping[str, str], stage_key: str, run_id: str, now: datetime
@@ -1400,6 +1418,8 @@ class Warehouse(_Queries):
     def session_owners(self, session_ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
         """Of these sessions, those already stored: the file each was last read from, and that file's mtime
         (None when the file is gone)."""
+        if not session_ids:
+            return {}
         rows = self.conn.execute(
             """SELECT s.session_id, s.source_path, CASE WHEN f.status = 'indexed' THEN f.mtime_ns END
                FROM sessions s LEFT JOIN source_files f ON f.path = s.source_path

@@ -168,19 +168,22 @@ def ingest_file(
         wh.replace("excluded_sessions", "path", [source.path], exclusion_rows([(source.path, s, w) for s, w in excluded]))
         plan = _write_plan(wh, parsed, stored_ids, decision, fingerprints, key, source.path, full=full)
         wh.delete_sessions(plan.removed + sorted(plan.replaced & owners.keys()))  # a new session has no rows
+        written = []
         for session in parsed.sessions:
             if session.session_id in plan.unchanged:
                 continue
             start = plan.first_seq.get(session.session_id, 0)
-            new = [m for m in session.messages if m.seq >= start]
-            wh.conn.execute("DELETE FROM messages WHERE session_id = ? AND seq >= ?", [session.session_id, start])
-            outcome.messages_written += wh.insert("messages", [message_row(m) for m in new])
+            written += [message_row(m) for m in session.messages if m.seq >= start]
+            if session.session_id in owners:
+                wh.conn.execute("DELETE FROM messages WHERE session_id = ? AND seq >= ?", [session.session_id, start])
             outcome.changed_session_ids.append(session.session_id)
-        wh.conn.execute(  # a conversation taken over from an older export, as it was: only where it now lives
-            "UPDATE messages SET source_path = ? WHERE session_id IN (SELECT unnest(?)) AND source_path <> ?",
-            [source.path, sorted(plan.unchanged), source.path],
-        )
-        _write_sessions(wh, parsed.sessions, source)
+        outcome.messages_written = wh.insert("messages", written)
+        if plan.unchanged:  # a conversation taken over from an older export, as it was: only where it now lives
+            wh.conn.execute(
+                "UPDATE messages SET source_path = ? WHERE session_id IN (SELECT unnest(?)) AND source_path <> ?",
+                [source.path, sorted(plan.unchanged), source.path],
+            )
+        _write_sessions(wh, parsed.sessions, source, owners)
         session_ids = [s.session_id for s in parsed.sessions]
         wh.release_sessions(source.path, session_ids)
         wh.refresh_session_aggregates(session_ids)
@@ -267,10 +270,13 @@ def _first_request(messages: Sequence[Message]) -> str | None:
     return None
 
 
-def _write_sessions(wh: Warehouse, sessions: Sequence[ParsedSession], source: SourceFile) -> None:
+def _write_sessions(
+    wh: Warehouse, sessions: Sequence[ParsedSession], source: SourceFile, owners: dict[str, tuple[str, int | None]]
+) -> None:
+    """`owners`: the sessions already stored (`Warehouse.session_owners`): only theirs keep earlier stages' columns."""
     rows = []
     for session in sessions:
-        existing = wh.session_row(session.session_id) or {}
+        existing = (wh.session_row(session.session_id) if session.session_id in owners else None) or {}
         rows.append(
             {
                 "session_id": session.session_id,

@@ -22,10 +22,10 @@ from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
 from sessionmem_pipeline.providers.embedders import OpenAIEmbedder
 from sessionmem_pipeline.providers.llm import OpenAIChatModel
 from sessionmem_pipeline.recaps import RECAPS_MADE_BY, refresh_recaps
-from sessionmem_pipeline.stages.discover import Discovery, file_stat, record_source_problems
+from sessionmem_pipeline.stages.discover import Discovery, SourceFile, file_stat, record_source_problems
 from sessionmem_pipeline.stages.embed import embed_sessions
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
-from sessionmem_pipeline.stages.ingest_staging import read_parses
+from sessionmem_pipeline.stages.ingest_staging import StagedParses, read_parses
 from sessionmem_pipeline.stages.memories import find_memory_files, ingest_memories
 from sessionmem_pipeline.stages.privacy import remove_excluded_sessions
 from sessionmem_pipeline.stages.provider_batches import (
@@ -71,6 +71,7 @@ from sessionmem_pipeline.stages.transform import (
     write_chunks,
     write_collapsed,
 )
+from sessionmem_pipeline.warehouse import Warehouse
 
 
 @dataclass
@@ -176,17 +177,44 @@ def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: boo
     report.files_seen += len(scan.files)
     stored = ctx.wh.source_states([source.path for source in scan.files])
     parses = read_parses(ctx.settings, ctx.keys[INGEST.name])
-    for done, source in enumerate(scan.files, start=1):
+
+    def ingest_one(source: SourceFile) -> IngestOutcome:
         found = stored.get(source.path, (None, None))
-        report.add_ingest(ingest_file(ctx, source, full=full, stored=found, staged=parses.take))
-        if done == 1:
+        return ingest_file(ctx, source, full=full, stored=found, staged=parses.take)
+
+    for start in range(0, len(scan.files), INGEST_BATCH):
+        batch = scan.files[start : start + INGEST_BATCH]
+        for outcome in _ingest_batch(ctx.wh, batch, ingest_one, parses):
+            report.add_ingest(outcome)
+        if start == 0:
             fault_point("ingest", "in")
-        ctx.progress("ingest", done, len(scan.files))
+        ctx.progress("ingest", start + len(batch), len(scan.files))
     report.computed_in_commit[INGEST.name] = report.computed_in_commit.get(INGEST.name, 0) + parses.parsed_here
     parses.remove_consumed(ctx.partition_keys)
     removed = remove_excluded_sessions(ctx.wh, ctx.settings)
     report.excluded_removed += len(removed)
     report.excluded += [{"session_id": sid, "reason": reason} for sid, reason in removed]
+
+
+INGEST_BATCH = 100
+"""Source files whose ingest commits in one transaction (one commit and one generation bump for all of them)."""
+
+
+def _ingest_batch(
+    wh: Warehouse,
+    batch: Sequence[SourceFile],
+    ingest_one: Callable[[SourceFile], IngestOutcome],
+    parses: StagedParses,
+) -> list[IngestOutcome]:
+    """The files of a batch in one transaction; if it fails, each file again in its own, so one file's failure
+    loses the others nothing (and raises as it would alone)."""
+    parsed_here = parses.parsed_here
+    try:
+        with wh.transaction():
+            return [ingest_one(source) for source in batch]
+    except Exception:  # noqa: BLE001  rolled back whole: file by file, the failing one raises
+        parses.parsed_here = parsed_here
+        return [ingest_one(source) for source in batch]
 
 
 def mark_missing_sources(
