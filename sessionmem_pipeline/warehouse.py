@@ -998,7 +998,7 @@ class Warehouse(_Queries):
             yield self.conn
             return
         self.conn.execute("BEGIN")
-        self._in_transaction, self._generation_bumped = True, False
+        self._in_transaction = True
         try:
             try:
                 yield self.conn
@@ -1007,7 +1007,7 @@ class Warehouse(_Queries):
                 raise
             self.conn.execute("COMMIT")
         finally:
-            self._in_transaction = False
+            self._in_transaction = self._generation_bumped = False
 
     # -- generic row movement --
 

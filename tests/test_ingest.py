@@ -17,7 +17,8 @@ from sessionmem_pipeline.client import SessionMemory
 from sessionmem_pipeline.config import Settings, load_settings
 from sessionmem_pipeline.core.changes import FileStat, decide
 from sessionmem_pipeline.providers import LocalMiniLMEmbedder
-from sessionmem_pipeline.stages.discover import SourceFile, discover, file_stat
+from sessionmem_pipeline.stages import pipeline
+from sessionmem_pipeline.stages.discover import SourceFile, discover, file_stat, scan_sources
 from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file
 from sessionmem_pipeline.stages.pipeline import StageReport, mark_missing_sources
 from sessionmem_pipeline.stages.registry import Providers, StageContext
@@ -265,6 +266,31 @@ def test_a_malformed_line_is_skipped_with_a_warning_naming_file_and_line(wh: War
     assert message_ids(wh, "proj/live") == ["m0", "m1", "m2", "m3"]
     assert any(warning.startswith(f"{live.resolve()}:3:") for warning in outcome.warnings)
     assert wh.query("SELECT path, line FROM parse_warnings") == [{"path": str(live.resolve()), "line": 3}]
+
+
+def test_a_file_failing_inside_a_batch_loses_the_files_before_it_nothing(
+    wh: Warehouse, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files commit in batches of one transaction; when one fails, the batch is rolled back and committed file by
+    file: those before the failing one are stored, and its error is raised as it would be alone."""
+    for name in ("a", "b", "c"):
+        (root / "proj" / f"{name}.jsonl").write_bytes(lines(2))
+    failing = str((root / "proj" / "b.jsonl").resolve())
+    ingest_file = pipeline.ingest_file
+    attempts = []
+
+    def failing_on_b(ctx, source, **options):
+        attempts.append(source.path)
+        if source.path == failing:
+            raise RuntimeError("cannot ingest b")
+        return ingest_file(ctx, source, **options)
+
+    monkeypatch.setattr(pipeline, "ingest_file", failing_on_b)
+    with pytest.raises(RuntimeError, match="cannot ingest b"):
+        pipeline.ingest(stage_context(wh), scan_sources([root]), StageReport())
+    assert len(attempts) == 4  # a, b in the batch; a, b again alone
+    assert wh.query("SELECT path FROM source_files") == [{"path": str((root / "proj" / "a.jsonl").resolve())}]
+    assert [r["session_id"] for r in wh.query("SELECT session_id FROM sessions")] == ["proj/a"]
 
 
 @pytest.mark.parametrize(

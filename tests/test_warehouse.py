@@ -261,3 +261,25 @@ def test_extension_signatures_are_checked_by_the_first_connection_of_a_process_o
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True", "run"]
+
+
+def test_a_transaction_opened_inside_another_commits_or_rolls_back_with_it(tmp_path: Path) -> None:
+    """A batch of files ingested in one transaction: each file's own transaction is part of it, and the
+    generation moves once for the whole batch."""
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        with pytest.raises(RuntimeError), wh.transaction():
+            with wh.transaction():
+                wh.insert("sessions", [{"session_id": "s1", "project": "p"}])
+                wh.bump_generation()
+            raise RuntimeError("the batch fails after the first file")
+        assert wh.scalar("SELECT count(*) FROM sessions") == 0 and wh.generation() == 0
+
+        with wh.transaction():
+            for session_id in ("s1", "s2"):
+                with wh.transaction():
+                    wh.insert("sessions", [{"session_id": session_id, "project": "p"}])
+                    wh.bump_generation()
+        assert wh.scalar("SELECT count(*) FROM sessions") == 2 and wh.generation() == 1
+        wh.bump_generation()  # outside any transaction: every call counts
+        wh.bump_generation()
+        assert wh.generation() == 3

@@ -180,14 +180,15 @@ def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: boo
 
     def ingest_one(source: SourceFile) -> IngestOutcome:
         found = stored.get(source.path, (None, None))
-        return ingest_file(ctx, source, full=full, stored=found, staged=parses.take)
+        outcome = ingest_file(ctx, source, full=full, stored=found, staged=parses.take)
+        if source is scan.files[0]:  # raised in the batch, it is raised again once the file has committed alone
+            fault_point("ingest", "in")
+        return outcome
 
     for start in range(0, len(scan.files), INGEST_BATCH):
         batch = scan.files[start : start + INGEST_BATCH]
         for outcome in _ingest_batch(ctx.wh, batch, ingest_one, parses):
             report.add_ingest(outcome)
-        if start == 0:
-            fault_point("ingest", "in")
         ctx.progress("ingest", start + len(batch), len(scan.files))
     report.computed_in_commit[INGEST.name] = report.computed_in_commit.get(INGEST.name, 0) + parses.parsed_here
     parses.remove_consumed(ctx.partition_keys)
