@@ -103,7 +103,8 @@ def ingest_file(
     stored: tuple[changes.IndexedState | None, dict | None] | None = None,
     staged: StagedParse | None = None,
 ) -> IngestOutcome:
-    """Decide what the file needs and do it, in one transaction with the ingest stage's state of its sessions.
+    """Decide what the file needs and do it, in one transaction with the ingest stage's state of its sessions (part
+    of the caller's, when it commits a batch of files in one).
     `stored`: the file's stored state and row, when the caller read a whole scan's in one query. `staged`: the
     file's parse a compute step left for exactly the bytes read here (stages/ingest_staging.py), else None.
 
