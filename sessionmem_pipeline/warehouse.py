@@ -472,7 +472,7 @@ def connect(path: Path, *, read_only: bool = False, extensions: bool = True) -> 
     conn.execute(f"SET disabled_compression_methods = '{FLOAT_COMPRESSION_OFF}'")
     mode = " (READ_ONLY)" if read_only else ""
     try:
-        conn.execute(f"ATTACH '{_sql_string(str(path))}' AS {DATABASE}{mode}")
+        conn.execute(f"ATTACH {_sql_literal(str(path))} AS {DATABASE}{mode}")
     except duckdb.Error as exc:
         conn.close()
         raise WarehouseError(f"{path}: cannot open the warehouse: {exc}") from None
@@ -480,18 +480,15 @@ def connect(path: Path, *, read_only: bool = False, extensions: bool = True) -> 
     return conn
 
 
-def _sql_string(text: str) -> str:
-    return text.replace("'", "''")
-
-
 def _sql_literal(text: str) -> str:
-    return f"'{_sql_string(text)}'"
+    """A string as an SQL literal (quotes doubled)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def sql_string_list(values: Sequence[str]) -> str:
     """Strings as a comma-separated list of SQL literals, for `IN (...)`: binding a Python list of strings costs
     about 0.1 ms per item (27 ms for the 300 ids of one search), writing them as literals a tenth of that."""
-    return ", ".join(f"'{_sql_string(value)}'" for value in values) or "NULL"
+    return ", ".join(map(_sql_literal, values)) or "NULL"
 
 
 # ---- rows of the canonical records ---------------------------------------------------------------------------
@@ -1548,7 +1545,7 @@ def rebuild_file(warehouse: Path) -> None:
     fresh.unlink(missing_ok=True)
     conn = connect(warehouse)
     try:
-        conn.execute(f"ATTACH '{_sql_string(str(fresh))}' AS fresh")
+        conn.execute(f"ATTACH {_sql_literal(str(fresh))} AS fresh")
         conn.execute(f"COPY FROM DATABASE {DATABASE} TO fresh")
         tables = [r[0] for r in conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_catalog = ? AND table_type = 'BASE TABLE'",
