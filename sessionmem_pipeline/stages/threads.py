@@ -64,7 +64,7 @@ def _inputs(wh: Warehouse, session_ids: Sequence[str]) -> list[ThreadInput]:
                 {THREAD_INPUTS} AND s.session_id IN (SELECT v FROM {listed})"""
         ).to_arrow_table()
     embeddings = table.column("embedding").combine_chunks()
-    vectors = embeddings.flatten().to_numpy(zero_copy_only=False)
+    vectors = embeddings.values.to_numpy(zero_copy_only=False)  # in the coordinates of `offsets` (flatten is not)
     offsets = embeddings.offsets.to_numpy()
     missing = embeddings.is_null().to_numpy(zero_copy_only=False)
     inputs = []
