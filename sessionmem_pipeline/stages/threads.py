@@ -119,12 +119,13 @@ def _within_reach(wh: Warehouse, project: str, sessions: Sequence[ThreadInput]) 
     ).to_arrow_table()
     ids = np.array(table.column("session_id").to_pylist(), dtype=object)
     starts = table.column("started_us").to_numpy(zero_copy_only=False)  # NaN where unknown
-    reach = np.isnan(starts)
-    for session in sessions:
-        if session.started_at is None:
-            return list(ids)
-        start = (session.started_at - EPOCH) / timedelta(microseconds=1)
-        reach |= np.abs(starts - start) <= REACH / timedelta(microseconds=1)
+    if any(session.started_at is None for session in sessions):
+        return list(ids)
+    changed = np.sort([(session.started_at - EPOCH) / timedelta(microseconds=1) for session in sessions])
+    after = np.searchsorted(changed, starts)  # the nearest changed start is the one before or after each start
+    before_gap = np.abs(starts - changed[np.clip(after - 1, 0, len(changed) - 1)])
+    after_gap = np.abs(starts - changed[np.clip(after, 0, len(changed) - 1)])
+    reach = np.isnan(starts) | (np.minimum(before_gap, after_gap) <= REACH / timedelta(microseconds=1))
     return list(ids[reach])
 
 
