@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
@@ -62,13 +63,20 @@ def _payload(memory: SessionMemory, results: list[Any]) -> str:
     return _answer(memory, results=[_quoted(r.to_dict()) for r in results])
 
 
+_ONE_CALL_AT_A_TIME = threading.Lock()
+"""The server runs synchronous tools in worker threads and may handle requests at once; a SessionMemory (its DuckDB
+connections, its pinned snapshot, its notice) serves one call at a time."""
+
+
 def _reported(tool: Callable[..., str]) -> Callable[..., str]:
-    """A failure the person could act on becomes a tool error with the CLI's one-line message."""
+    """A failure the person could act on becomes a tool error with the CLI's one-line message; calls run one at
+    a time."""
 
     @functools.wraps(tool)
     def run(*args: Any, **kwargs: Any) -> str:
         try:
-            return tool(*args, **kwargs)
+            with _ONE_CALL_AT_A_TIME:
+                return tool(*args, **kwargs)
         except USER_ERRORS as exc:
             raise ToolError(str(exc)) from exc
 
