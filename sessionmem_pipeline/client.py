@@ -287,6 +287,7 @@ def _one_snapshot(method: Callable[..., Any]) -> Callable[..., Any]:
         outer = self._pinned
         if not outer:
             self.connection()
+            self._per_snapshot("searches", lambda conn: [0])[0] += 1
             self._pinned = True
         try:
             return method(self, *args, **kwargs)
@@ -406,8 +407,9 @@ class SessionMemory:
         return self._facts[key]
 
     def _searched_before(self) -> bool:
-        """Whether a vector search ran on the open snapshot already (see `_use_index`)."""
-        return self._per_snapshot("vector searches", lambda conn: [0])[0] > 0
+        """Whether an earlier search (not the one running: `_one_snapshot` counts each once) ran on the open
+        snapshot."""
+        return self._per_snapshot("searches", lambda conn: [0])[0] > 1
 
     def _filter_table(self, filters: Filters) -> str | None:
         """A table (in the connection's memory) of the chunks a filter keeps, with their BM25 document keys and
@@ -1042,8 +1044,14 @@ class SessionMemory:
         """Chunk ids and their fused BM25 + vector scores, best first."""
         s = self.settings
         nearest = self._vectors_meanwhile(query, filters)
+        try:
+            bm25 = self.bm25_ranking(query, filters, CANDIDATES)
+        except BaseException:
+            if self._vector_search is not None:  # never leave it reading the snapshot behind a failed search
+                wait([self._vector_search])
+            raise
         return fuse_scores(
-            self.bm25_ranking(query, filters, CANDIDATES),
+            bm25,
             nearest(),
             bm25_weight=s["search.bm25_weight"],
             vector_weight=s["search.vector_weight"],
