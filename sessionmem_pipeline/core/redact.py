@@ -73,7 +73,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "8"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "9"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -572,10 +572,20 @@ def _accept_literal(m: re.Match[str], group: str = "value") -> bool:
 
 
 def _accept_authorization(m: re.Match[str]) -> bool:
-    value = m.group("value")
-    if _is_excluded_value(value):
+    value, scheme = m.group("value"), (m.group("scheme") or "").strip().lower()
+    if _is_excluded_value(value) or (scheme == "basic" and _is_blank_basic(value)):
         return False
-    return bool(m.group("scheme")) or _looks_random(value)
+    return bool(scheme) or _looks_random(value)
+
+
+def _is_blank_basic(value: str) -> bool:
+    """`Basic bm9uZQ==` is base64 of `none`: Basic credentials whose decoded `user:password` is a placeholder."""
+    try:
+        decoded = base64.b64decode(value, validate=True).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    user, _, password = decoded.rpartition(":")
+    return _is_excluded_value(password) or (bool(user) and not _is_password_slot(user, password))
 
 
 def _accept_flag(m: re.Match[str]) -> bool:
@@ -620,8 +630,10 @@ def _accepts_token(kind: str, word_start: bool) -> Accept:
 
 def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
     token = m.group(0)
-    if token in _DOCUMENTED_EXAMPLES or _is_filler(_SEPARATORS.sub("", token)) or _is_alphabet(token):
+    if token in _DOCUMENTED_EXAMPLES or _is_filler(_SEPARATORS.sub("", token)):
         return False  # `xoxp-XXXXXXXXXX-XXXXXXXXXX-…`: filler between separators
+    if _is_alphabet(token) or _is_alphabet(_SEPARATORS.split(token, maxsplit=1)[-1]):
+        return False  # `sk-abcdef…`: a typed-out alphabet after the prefix
     long_parts = [part for part in _SEPARATORS.split(token)[1:] if len(part) >= 4]
     if long_parts and all(len(set(part)) == 1 for part in long_parts):
         return False  # `xoxb-0000000000-0000000000000-aaaaaaaaaaaa`: each part one character repeated
@@ -636,7 +648,7 @@ def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
         return any(c.isupper() for c in token)
     if kind in ("truenas-key", "mandrill-key", "cratesio-token"):  # random mixed case, not a hex digest or a word
         return _has_letter_and_digit(m) and any(c.isupper() for c in token[3:]) and any(c.islower() for c in token[3:])
-    if kind in ("octopus-key", "discord-token", "telegram-token", "onepassword-secret-key", "maxmind-key"):
+    if kind in (KIND_OPENAI, "octopus-key", "discord-token", "telegram-token", "onepassword-secret-key", "maxmind-key"):
         return _has_letter_and_digit(m)
     if kind == KIND_SLACK:  # not `xoxp-1234567890` nor a prefix whose secret part is `####`
         return not token.endswith("-") and any(c.isalpha() for c in token[5:])
@@ -915,10 +927,13 @@ def _accept_assignment(m: re.Match[str]) -> bool:
 
 
 
+_VENDOR_HEX_SHORTEST = 20  # `clay_key = <20 hex>`: vendors' hex keys run from 20 digits (a short git SHA has 7 to 12)
+
+
 def _is_vendor_hex_key(name: str, value: str) -> bool:
-    """`zenkit_key = <32 hex>`, `postageapp_key: <uuid>`: many vendors issue hex or UUID API keys; such a value
+    """`zenkit_key = <20 to 64 hex>`, `postageapp_key: <uuid>`: many vendors issue hex or UUID API keys; such a value
     under `<vendor>_key` is one, unless the word before `key` says digest or id (`cache_key`, `tenant_key`)."""
-    if not (32 <= len(value) <= 64 and _HEX_OR_UUID.match(value)):
+    if not (_VENDOR_HEX_SHORTEST <= len(value) <= 64 and _HEX_OR_UUID.match(value)):
         return False
     if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
         return False
@@ -930,10 +945,21 @@ def _is_vendor_hex_key(name: str, value: str) -> bool:
 
 
 def _is_named_credential(name: str, value: str) -> bool:
-    """A quoted value under a strong name: passwords may be phrases (not prose), other secrets look like keys."""
+    """A quoted value under a strong name: passwords may be phrases (not prose), a secret may be a word
+    (`secret="wildflower"`), other secrets look like keys (`" 7awgM4… "`: the spaces inside the quotes are not)."""
     if _is_password_name(name):
         return not _is_prose(value)
-    return _looks_like_credential(value)
+    value = value.strip()
+    return _looks_like_credential(value) or (_is_secret_name(name) and bool(_SECRET_WORD.fullmatch(value)))
+
+
+_SECRET_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]{5,63}")  # one word of six or more: a label has spaces or a dot
+
+
+def _is_secret_name(name: str) -> bool:
+    """`secret`, `client_secret`, `webhookSecret`: a name whose last part says secret, so its value is one."""
+    parts = _name_parts(name)
+    return bool(parts) and parts[-1].endswith("secret")
 
 
 def _accept_named_value(m: re.Match[str]) -> bool:
@@ -1046,10 +1072,6 @@ _DATA_BASE64 = (  # base64 of images, fonts, PDFs, XML and JSON (`eyJ` is `{"`; 
     "iVBORw0KGgo", "R0lGOD", "PHN2Zy", "PD94bWwg", "d09GMg", "d09GRg", "UklGR", "AAAA", "Qk0", "SUkq", "JVBERi0", "eyJ",
 )
 _PLACEHOLDER_PREFIXES = frozenset("foo bar baz qux test dummy fake example sample my your demo".split())
-_TYPED_RUN = re.compile(
-    r"(?i)abcd|bcde|cdef|defg|efgh|fghi|ghij|hijk|ijkl|jklm|klmn|lmno|mnop|nopq|opqr|pqrs|qrst|rstu|stuv|tuvw|uvwx|vwxy|wxyz"
-    r"|0123|1234|2345|3456|4567|5678|6789"
-)
 _PLACEHOLDER_AT_END = re.compile(r"\[REDACTED:[a-z0-9-]+\]$")
 _PEM_BLOCK_LONGEST = 16_000  # a certificate or key block: the private key rule reads 12,000 characters
 _DATA_BEFORE = ("base64,", "ssh-rsa ", "ssh-ed25519 ", "$", "}", "@")  # media, ssh keys, `$6$salt$HASH`, `{SSHA}…`, `pkg@…`
@@ -1060,7 +1082,7 @@ _FILE_NAME = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,5}$")
 def _is_random_body(body: str) -> bool:
     """Letters and digits as random as a key's: short case and digit runs, no typed-out alphabet or filler."""
     alnum = body.replace("_", "").replace("-", "")
-    if len(alnum) < 20 or _is_filler(alnum) or _TYPED_RUN.search(alnum) or _VALUE_PLACEHOLDER.search(body):
+    if len(alnum) < 20 or _is_filler(alnum) or _typed_share(alnum.lower(), loose=False) or _VALUE_PLACEHOLDER.search(body):
         return False  # a random key almost never has four letters or digits in a row (`…abcd123`)
     if _HEX_OR_UUID.match(alnum):
         return False
@@ -1182,7 +1204,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         KIND_OPENAI,
         re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,400}"),
-        accept=lambda m: _has_letter_and_digit(m) and not _is_alphabet(m.group(0)[3:]) and not _VALUE_PLACEHOLDER.search(m.group(0)),
+        accept=_accepts_token(KIND_OPENAI, word_start=False),
         trigger=_trigger("sk-"),
     ),
     _Rule(
@@ -1435,6 +1457,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_AZURE,
         re.compile(r"[?&;]sig=(?P<sig>[A-Za-z0-9%+/=]{20,256})|\bAccountKey=(?P<account>[A-Za-z0-9+/]{40,256}={0,2})"),
         ("sig", "account"),
+        lambda m: not _is_blank(m.group(m.lastgroup)),  # not `sig=ABCDEFGHIJ…`, a typed-out alphabet
         trigger=_trigger("sig=|accountkey="),
     ),
     _Rule(  # X-Shopify-Access-Token: …, X-API-Key: … (anywhere on a line)
