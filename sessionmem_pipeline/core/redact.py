@@ -1111,12 +1111,33 @@ def _is_prefixed_credential(m: re.Match[str]) -> bool:
     return _is_random_body(body)
 
 
+_NAME_BEFORE = re.compile(r"([A-Za-z_][\w.-]{0,60})[\"'`]?[ \t]*(?::{1,2}|=>?|:=|->)[ \t]*[\"'`]?[ \t]*$")
+_DATA_NAME_PARTS = frozenset(  # names of random values that are data: ids, digests, nonces, states, signatures
+    "id ids uid uuid guid oid hash digest checksum sum nonce salt etag sha sha1 sha256 md5 integrity cursor state ref "
+    "commit version rev revision signature sig fingerprint challenge verifier iv seed trace span request correlation "
+    "name title label tag image path url uri file data blob content body payload hint value values example".split()
+)
+
+
+def _names_data(before: str) -> bool:
+    """The name before a random value says what it is: a vendor's name (`mistral: <key>`) leaves it a credential;
+    an id, a digest, a nonce or a signature (`"etag": …`, `request_id = …`), or no readable name, data; a name with
+    a credential word (`public_key`, `api_token`) is judged by the name rules."""
+    named = _NAME_BEFORE.search(before)
+    if not named:
+        return True
+    parts = _name_parts(named.group(1))
+    return not parts or any(part in _DATA_NAME_PARTS for part in parts) or bool(_NAME_WORD.search(named.group(1).lower()))
+
+
 def _stands_alone(text: str, start: int, end: int) -> bool:
     """Not a named value, not a hash after its label, not base64 media, not inside a PEM block or a wrapped base64
     block: the places where a random token is data rather than a credential."""
     line_start = text.rfind("\n", 0, start) + 1
     before = text[max(line_start, start - 80) : start]
-    if _NAMED_VALUE_BEFORE.search(before) or _HASH_LABEL.search(before) or before.endswith(_DATA_BEFORE):
+    if _HASH_LABEL.search(before) or before.endswith(_DATA_BEFORE):
+        return False
+    if _NAMED_VALUE_BEFORE.search(before) and _names_data(before):
         return False
     if _PLACEHOLDER_AT_END.search(before) or text.startswith("[REDACTED:", end):
         return False  # the rest of a value another rule redacted: judged with it (keeps redaction idempotent)
@@ -1150,11 +1171,14 @@ def _is_webhook_secret(part: str) -> bool:
     )
 
 
+_HEX_NUMBER = re.compile(r"0[xX][0-9A-Fa-f]+")
+
+
 def _has_token_shape(value: str) -> bool:
     """A prefixed key (`_is_prefixed_credential`), or 24 to 100 random letters of both cases and digits that are
     not base64 media, a file name, a dotted name, a path or a version."""
-    if "\\" in value or "%" in value or value in _DOCUMENTED_EXAMPLES:
-        return False
+    if "\\" in value or "%" in value or value in _DOCUMENTED_EXAMPLES or _HEX_NUMBER.fullmatch(value):
+        return False  # `0x8CB91E82…`: a number written in hex
     if prefixed := _PREFIXED_TOKEN.fullmatch(value):
         return _is_prefixed_credential(prefixed)
     low, high = _BARE_TOKEN_LENGTHS
@@ -1485,7 +1509,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(  # the Zendesk API token is fCh95aMw… (`key: …` and `key = …` are assignments, judged above)
         KIND_PASSWORD,
         re.compile(
-            r"(?i)\b(?:token|secret|api[ _-]?key|access[ _-]?key|secret[ _-]?key|key)\b"
+            r"(?i)\b(?:token|secret|credentials?|api[ _-]?key|access[ _-]?key|secret[ _-]?key|key)\b"
             r"(?:[ \t]+(?:for|of|to|on)[ \t]+[^\n:=]{1,40}?[ \t]+(?:is|was)|[ \t]+(?:is|was)(?:[ \t]+now)?)"
             r"[ \t]+[\"'`]?"
             r"(?P<value>[A-Za-z0-9+/=_.~-]{15,400}[A-Za-z0-9=_~-])"
