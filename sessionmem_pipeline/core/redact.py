@@ -1115,7 +1115,8 @@ _NAME_BEFORE = re.compile(r"([A-Za-z_][\w.-]{0,60})[\"'`]?[ \t]*(?::{1,2}|=>?|:=
 _DATA_NAME_PARTS = frozenset(  # names of random values that are data: ids, digests, nonces, states, signatures
     "id ids uid uuid guid oid hash digest checksum sum nonce salt etag sha sha1 sha256 md5 integrity cursor state ref "
     "commit version rev revision signature sig fingerprint challenge verifier iv seed trace span request correlation "
-    "name title label tag image path url uri file data blob content body payload hint value values example".split()
+    "name title label tag image path url uri file data blob content body payload hint value values example "
+    "cert certs certificate certificates crt pem der x5c x5t ca chain pub pubkey modulus exponent thumbprint".split()
 )
 
 
@@ -1137,8 +1138,8 @@ def _stands_alone(text: str, start: int, end: int) -> bool:
     before = text[max(line_start, start - 80) : start]
     if _HASH_LABEL.search(before) or before.endswith(_DATA_BEFORE):
         return False
-    if _NAMED_VALUE_BEFORE.search(before) and _names_data(before):
-        return False
+    if _NAMED_VALUE_BEFORE.search(before) and (_names_data(before) or _HEX_NUMBER.fullmatch(text, start, end)):
+        return False  # `group_order = 0x8CB91E82…`: a named number written in hex
     if _PLACEHOLDER_AT_END.search(before) or text.startswith("[REDACTED:", end):
         return False  # the rest of a value another rule redacted: judged with it (keeps redaction idempotent)
     begin = text.rfind("-----BEGIN", max(0, start - _PEM_BLOCK_LONGEST), start)
@@ -1177,8 +1178,8 @@ _HEX_NUMBER = re.compile(r"0[xX][0-9A-Fa-f]+")
 def _has_token_shape(value: str) -> bool:
     """A prefixed key (`_is_prefixed_credential`), or 24 to 100 random letters of both cases and digits that are
     not base64 media, a file name, a dotted name, a path or a version."""
-    if "\\" in value or "%" in value or value in _DOCUMENTED_EXAMPLES or _HEX_NUMBER.fullmatch(value):
-        return False  # `0x8CB91E82…`: a number written in hex
+    if "\\" in value or "%" in value or value in _DOCUMENTED_EXAMPLES:
+        return False
     if prefixed := _PREFIXED_TOKEN.fullmatch(value):
         return _is_prefixed_credential(prefixed)
     low, high = _BARE_TOKEN_LENGTHS
@@ -1223,6 +1224,17 @@ _RULES: tuple[_Rule, ...] = (
         ("value",),
         _accept_literal,
         _NAME_WORD,
+    ),
+    _Rule(  # a secret right after its key id (AWS `AKIA…:<40>`, GCS HMAC `GOOG…` then the secret on the next line)
+        KIND_AWS,
+        re.compile(
+            r"\b(?:AKIA|ASIA|ABIA|ACCA|GOOG)[A-Z0-9]{16,57}[\"']?[ \t]*(?:[:,;=|/][ \t]*|\r?\n[ \t]*|[ \t]+)[\"']?"
+            r"(?P<value>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+        ("value",),
+        lambda m: not _is_blank(m.group("value")) and _looks_like_credential(m.group("value")),
+        _trigger("akia|asia|abia|acca|goog"),
+        lines=2,
     ),
     _Rule(KIND_ANTHROPIC, re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,400}"), trigger=_trigger("sk-ant-")),
     _Rule(
