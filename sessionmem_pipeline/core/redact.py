@@ -1049,7 +1049,7 @@ _NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|_pat\b|-pat\b")  # i
 # the name rules, which judge the name.
 
 _TOKEN_RUN = re.compile(
-    r"(?<![A-Za-z0-9+/=_~.\\%-])(?P<value>[A-Za-z0-9][A-Za-z0-9+/_~.\\%-]{18,4000}[A-Za-z0-9]={0,2})(?![A-Za-z0-9+/=_~\\%-])"
+    r"(?:(?<=[A-Za-z0-9_]=)|(?<![A-Za-z0-9+/=_~.\\%-]))(?P<value>[A-Za-z0-9][A-Za-z0-9+/_~.\\%-]{18,4000}[A-Za-z0-9]={0,2})(?![A-Za-z0-9+/=_~\\%-])"
 )
 _PREFIXED_TOKEN = re.compile(r"(?P<prefix>[a-z][a-z0-9]{1,11}(?:[_-][a-z0-9]{1,11}){0,2}[_-])(?P<body>[A-Za-z0-9][\w-]{18,250})")
 _ID_PREFIXES = frozenset(  # objects' ids, not credentials: Anthropic, OpenAI, Stripe, AWS, Clerk, and generic ones
@@ -1180,7 +1180,7 @@ def _has_token_shape(value: str) -> bool:
     not base64 media, a file name, a dotted name, a path or a version."""
     if "\\" in value or "%" in value or value in _DOCUMENTED_EXAMPLES:
         return False
-    if prefixed := _PREFIXED_TOKEN.fullmatch(value):
+    if prefixed := _PREFIXED_TOKEN.fullmatch(value.rstrip("=")):  # `essu_…AAAANx5Zs4=`: base64 padding
         return _is_prefixed_credential(prefixed)
     low, high = _BARE_TOKEN_LENGTHS
     if not low <= len(value) <= high or value.startswith(_DATA_BASE64) or _FILE_NAME.search(value) or _DOTTED.fullmatch(value):
