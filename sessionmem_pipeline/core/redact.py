@@ -6,13 +6,15 @@ output are built from redacted text; collapsing and chunking do not redact again
 - shape: provider keys with a recognisable prefix (AKIA…, sk-…, sk-ant-…, ghp_…, glpat-…, npm_…, xoxb-…,
   sk_test_…, AIza…, SG.…, hvs.…, dop_v1_…, dckr_pat_…, v1.0-…, AKCp…, A3-…, ntn_… and some seventy more,
   formats as published by the gitleaks and detect-secrets scanners; New Relic, Pixie, Jina, crates.io, TrueNAS,
-  Segment, Mandrill, Ubidots), Telegram and Discord bot tokens, webhook URLs, Azure SAS signatures, PEM
+  Segment, Mandrill, Ubidots, Vertex AI express mode `AQ.Ab8R…`, Postman, Packagist), Telegram and Discord bot tokens, webhook URLs, Azure SAS signatures, PEM
   private-key blocks (also base64-encoded once more, `LS0tLS1CRUdJTi…`) and JWTs are redacted wherever they appear;
   so is a key of a vendor no rule knows, by its shape: a short lower-case prefix then a random body (`tvly-…`,
   `sk-or-v1-…`), or 24 to 100 random letters of both cases and digits standing on their own (an argument, an
   operand, a list item, a line); ids with a known prefix (`toolu_…`, `cus_…`), digests, UUIDs, names, paths,
-  labelled hashes (`sha256:…`), base64 media, PEM and ssh key bodies and wrapped base64 blocks stay, and a value
-  with a name is left to the name rules; and a webhook URL's path after `/hooks/` or `/webhooks/` when it holds a
+  labelled hashes (`sha256:…`), base64 media, PEM and ssh key bodies and wrapped base64 blocks stay; a value with
+  a name is left to the name rules when the name has a credential word or says id, digest, nonce, signature or
+  certificate, and is redacted under any other name (a vendor's: `mistral: <key>`, `GROK_MGMT=xai-…`); a 40-character
+  secret right after its key id (`AKIA…:<secret>`, GCS HMAC `GOOG…` then the secret on the next line); and a webhook URL's path after `/hooks/` or `/webhooks/` when it holds a
   key-like part;
 - context: a value assigned to a secret-like name (`DB_PASSWORD=…`, `"api_key": "…"`, `--token …`,
   `<password>…</password>`, `db_password: str = "…"`, a YAML phrase `password: Harbor Lights 2019!`,
@@ -46,10 +48,12 @@ password), `<your-api-key>`, a stored hash (`{SSHA}…`, `pbkdf2_sha256$…`), a
 names (`cache_key`, `sort_key`) only count when the value looks random. Known blind spots, on purpose: a bare
 lowercase word assigned in code (`    password = hunter`, indented, or a keyword argument) reads as a variable (at a
 line's start, as in .properties and INI files, it is a literal); a quoted word under a key or token name that is
-not a password name (`secret_key="wildflower"`) reads as a label; a literal word `password`, `test` or `foo` as an
+not a password name or `…secret` (`api_key="wildflower"`) reads as a label (under `secret`, `client_secret`
+a quoted word of six or more characters is the secret); a literal word `password`, `test` or `foo` as an
 assigned value reads as a placeholder, and so does a YAML tag (`password: !secret db_password`); in a URL's or `curl -u`'s password slot it is redacted, unless it equals
 the user (`guest:guest`, a default); a hex value under a `*_key` name whose first word is short or says digest
-or id (`cl_key => <64 hex>`, `cache_key`, `tenant_key`) reads as a digest; a vendor's name alone (`cloudflare: "<hex>"`) does not name a credential.
+or id (`cl_key => <64 hex>`, `cache_key`, `tenant_key`) reads as a digest; a vendor's name alone (`cloudflare: "<hex>"`) does not name a credential unless its value is as random
+as a key (mixed case and digits).
 
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
 `npm_XXXX…`, `rdme_XXXX_XXXX`, `xoxb-0000…-aaaa…`), typed-out alphabets (`AIzaSyabcdef…`, `aBcDeF…`, `ZyXwVu…`,
@@ -172,6 +176,9 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("segment-token", r"\bsgp_[A-Za-z0-9]{64}\b"),
     ("mandrill-key", r"\bmd-[A-Za-z0-9_-]{22}(?![\w-])"),
     ("ubidots-token", r"\bBBFF-[A-Za-z0-9]{30}\b"),
+    ("gcp-express-key", r"\bAQ\.Ab8R[A-Za-z0-9_-]{20,200}"),  # Vertex AI express mode (osv-scalibr's Veles format)
+    ("postman-token", r"\bPMAK-[0-9a-f]{24}-[0-9a-f]{34}\b|\bPMAT-[0-9A-Z]{26}"),  # API keys, collection tokens
+    ("packagist-token", r"\bpackagist_[a-z]{3}_[0-9a-f]{28,128}"),  # `ack_` API keys, `acs_` secrets, user tokens
 )
 
 SECRET_KINDS = tuple(
