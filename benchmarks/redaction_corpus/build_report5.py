@@ -210,10 +210,11 @@ CONTEXTS = (
 )
 
 
-def in_context(kind: str, value: str, index: int) -> str:
+def in_context(kind: str, value: str, index: int, contexts: tuple[str, ...] = CONTEXTS) -> str:
+    """The `index`th of `contexts` (rotating), filled with the kind's words in several spellings and the value."""
     words = [w for w in re.split(r"[^a-z0-9]+", kind.lower()) if w]
     camel = "".join(w.capitalize() for w in words)
-    return CONTEXTS[index % len(CONTEXTS)].format(
+    return contexts[index % len(contexts)].format(
         name=" ".join(words), env="_".join(words).upper(), lower="_".join(words), dotted=".".join(words),
         Camel=camel, camel=camel[0].lower() + camel[1:], camelLower=camel[0].lower() + camel[1:], value=f"⟦{kind}:{value}⟧",
     )

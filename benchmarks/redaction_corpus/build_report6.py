@@ -19,7 +19,6 @@ key-like token (build_report5's test) and look-alikes drawn with a fixed seed fr
 from __future__ import annotations
 
 import random
-import re
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from build_report3 import NOT_CREDENTIALS, SKIPPED_RULES, existing_values, kind_
 from build_report4 import Draw, Example, draw_lines, write_half
 from build_report4 import secret_entries as report4_secret_entries
 from build_report5 import KEY_LIKE
+from build_report5 import in_context as report5_in_context
 
 OUT = Path(__file__).resolve().parent / "report6"
 TITUS_RULES = "pkg/rule/rules"
@@ -92,10 +92,7 @@ CONTEXTS = (
 
 
 def in_context(kind: str, value: str, index: int) -> str:
-    words = [w for w in re.split(r"[^a-z0-9]+", kind.lower()) if w]
-    return CONTEXTS[index % len(CONTEXTS)].format(
-        name=" ".join(words), env="_".join(words).upper(), lower="_".join(words), value=f"⟦{kind}:{value}⟧"
-    )
+    return report5_in_context(kind, value, index, CONTEXTS)
 
 
 def drawn_lookalikes(rng: random.Random) -> list[str]:
