@@ -1081,6 +1081,7 @@ _DATA_BASE64 = (  # base64 of images, fonts, PDFs, XML and JSON (`eyJ` is `{"`; 
 _PLACEHOLDER_PREFIXES = frozenset("foo bar baz qux test dummy fake example sample my your demo".split())
 _PLACEHOLDER_AT_END = re.compile(r"\[REDACTED:[a-z0-9-]+\]$")
 _PEM_BLOCK_LONGEST = 16_000  # a certificate or key block: the private key rule reads 12,000 characters
+_NOT_PEM_BODY = re.compile(r"[^A-Za-z0-9+/=\s\\:,-]")  # ends the body of a block cut short, as the private key rule reads it
 _DATA_BEFORE = ("base64,", "ssh-rsa ", "ssh-ed25519 ", "$", "}", "@")  # media, ssh keys, `$6$salt$HASH`, `{SSHA}…`, `pkg@…`
 _PATH_WORD = re.compile(r"[a-z]{3,}|[A-Z][a-z]{2,}|\.{1,2}|~")
 _FILE_NAME = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,5}$")
@@ -1089,9 +1090,7 @@ _FILE_NAME = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,5}$")
 def _is_random_body(body: str) -> bool:
     """Letters and digits as random as a key's: short case and digit runs, no typed-out alphabet or filler."""
     alnum = body.replace("_", "").replace("-", "")
-    if len(alnum) < 20 or _is_filler(alnum) or _typed_share(alnum.lower(), loose=False) or _VALUE_PLACEHOLDER.search(body):
-        return False  # a random key almost never has four letters or digits in a row (`…abcd123`)
-    if _HEX_OR_UUID.match(alnum):
+    if len(alnum) < 20 or _VALUE_PLACEHOLDER.search(body) or _HEX_OR_UUID.match(alnum):
         return False
     has_upper, has_lower = any(c.isupper() for c in alnum), any(c.islower() for c in alnum)
     digits = sum(c.isdigit() for c in alnum)
@@ -1100,6 +1099,8 @@ def _is_random_body(body: str) -> bool:
     segments = _SEGMENT.findall(alnum)
     if sum(map(len, segments)) / len(segments) > _RANDOM_SEGMENT_LONGEST:
         return False
+    if _is_filler(alnum) or _typed_share(alnum.lower(), loose=False):
+        return False  # a random key almost never has four letters or digits in a row (`…abcd123`)
     if has_upper and has_lower:
         return True
     switches = sum(1 for a, b in zip(alnum, alnum[1:]) if a.isdigit() != b.isdigit())
@@ -1151,7 +1152,9 @@ def _stands_alone(text: str, start: int, end: int) -> bool:
         return False  # the rest of a value another rule redacted: judged with it (keeps redaction idempotent)
     begin = text.rfind("-----BEGIN", max(0, start - _PEM_BLOCK_LONGEST), start)
     if begin != -1 and text.find("-----END", begin, start) == -1:
-        return False
+        header_end = text.find("-----", begin + 10, start)
+        if header_end == -1 or not _NOT_PEM_BODY.search(text, header_end + 5, start):
+            return False  # inside a PEM block (a block cut short ends where its base64 body does)
     line_end = text.find("\n", end)
     line_end = len(text) if line_end == -1 else line_end
     alone_on_line = not text[line_start:start].strip() and not text[end:line_end].strip()
