@@ -113,6 +113,12 @@ VECTOR_DELTA_MAX = 5_000
 """New vectors searched exactly (about 2 ms per 1,000 at 384 d) before they join the HNSW base."""
 VECTOR_REBUILD_SHARE = 0.5
 HNSW_DELETED_SHARE = 0.1
+EARLIER_SUMMARIES = """session_summaries v JOIN sessions s ON s.session_id = v.session_id AND s.summary_version = v.version
+    WHERE v.embedding IS NOT NULL AND s.project = {project} AND s.session_id <> {session}
+      AND coalesce(s.ended_at, s.started_at) <= coalesce({start}::TIMESTAMPTZ, now())"""
+"""The summaries a recap counts as its project's earlier sessions (the latest version of each other session of the
+project that ended by the recapped session's start, with a vector), for `project`, `session` and `start` given as
+SQL: one rule for the recap (earlier_summary_vectors) and its fingerprint (recap_fingerprints)."""
 REBUILD_GROWTH = 1.3
 """The file is rebuilt once it is this much larger than its rows need (Warehouse.finish): DuckDB reuses freed
 blocks but never returns them, a run's checkpoint leaves its tables' last blocks partly used, and the first
@@ -647,6 +653,14 @@ class _Queries:
             for r in rows
         ]
 
+    def earlier_summary_vectors(self, session: Mapping[str, Any]) -> list[list[float]]:
+        """The vectors of the summaries a recap of this session (its `sessions` row) measures novelty against."""
+        rows = self.conn.execute(
+            f"SELECT v.embedding FROM {EARLIER_SUMMARIES.format(project='$project', session='$session', start='$start')}",
+            {"project": session["project"], "session": session["session_id"], "start": session["started_at"]},
+        ).fetchall()
+        return [row[0] for row in rows]
+
     def chunk_vectors(self, session_id: str) -> dict[int, list[float]]:
         if not self._table_exists("chunk_embeddings"):
             return {}
@@ -715,20 +729,15 @@ class _Queries:
         stage (their inputs and keys: messages, chunks, vectors, redaction), the summaries of its project's
         earlier sessions and the curated memories (novelty), and `rules` (the recap's version and budget)."""
         rows = self.conn.execute(
-            """
+            f"""
             WITH wanted AS (
                 SELECT session_id, project, started_at FROM sessions WHERE session_id IN (SELECT unnest($ids))),
             states AS (
                 SELECT session_id, string_agg(stage || '=' || input_fp || '/' || stage_key, ',' ORDER BY stage) AS fp
                 FROM stage_state WHERE session_id IN (SELECT session_id FROM wanted) GROUP BY session_id),
-            summaries AS (
-                SELECT s.project, s.session_id, v.summary_id, coalesce(s.ended_at, s.started_at) AS moment
-                FROM session_summaries v JOIN sessions s ON s.session_id = v.session_id AND s.summary_version = v.version
-                WHERE v.embedding IS NOT NULL AND s.project IN (SELECT project FROM wanted)),
             earlier AS (
-                SELECT w.session_id, string_agg(m.summary_id, ',' ORDER BY m.summary_id) AS fp
-                FROM wanted w JOIN summaries m ON m.project = w.project AND m.session_id <> w.session_id
-                 AND m.moment <= coalesce(w.started_at, now())
+                SELECT w.session_id, string_agg(v.summary_id, ',' ORDER BY v.summary_id) AS fp
+                FROM wanted w, {EARLIER_SUMMARIES.format(project="w.project", session="w.session_id", start="w.started_at")}
                 GROUP BY w.session_id),
             known AS (
                 SELECT md5(coalesce(string_agg(memory_id || ':' || content, ',' ORDER BY memory_id, content), '')) AS fp
