@@ -675,13 +675,18 @@ class _Queries:
         return self.source_states([path]).get(path, (None, None))
 
     def source_states(self, paths: Sequence[str]) -> dict[str, tuple[IndexedState | None, dict[str, Any]]]:
-        """Per stored path of these: its indexed state (None unless indexed) and its row, in one query (a scan's
-        files are looked up together, not one query each; handed over as Arrow, since DuckDB converts a list
-        parameter value by value)."""
+        """Per stored path of these: its indexed state (None unless indexed) and the columns of its row that ingest
+        reads (path, format, status, session_ids, stage_key), in one query (a scan's files are looked up together,
+        not one query each; handed over as Arrow, since DuckDB converts a list parameter value by value; the other
+        columns are left: converting their times cost more than the rest at 10,000 files)."""
         import pyarrow as pa  # the writer's path only: readers do not pay for it
 
         with self._registered(pa.table({"path": pa.array(list(paths), pa.string())})) as wanted:
-            rows = self.query(f"SELECT f.* FROM source_files f SEMI JOIN {wanted} w ON w.path = f.path")
+            rows = self.query(
+                f"""SELECT f.path, f.format, f.size, f.mtime_ns, f.sha256, f.consumed_bytes, f.prefix_sha256, f.status,
+                           f.session_ids, f.stage_key
+                    FROM source_files f SEMI JOIN {wanted} w ON w.path = f.path"""
+            )
         return {
             row["path"]: (
                 IndexedState(row["size"], row["mtime_ns"], row["sha256"], row["consumed_bytes"], row["prefix_sha256"])
