@@ -7,9 +7,9 @@ Per size: generates Claude Code sessions (benchmarks/indexing.py) until the ware
 indexes them with `index_sources` (embeddings from a fast fake OpenAI-compatible server on 127.0.0.1 that hashes
 words into vectors: the point is the pipeline's own cost), then times a run after: nothing changed; one message
 appended to one session; one new session; one deleted file (wall time and the stages that took 0.01 s or more).
-Then applies `--changes` more such changes (run after each) and compares the live file and snapshot with a fresh build of the
-same sources, and the first build's file with a bulk copy of its data (`warehouse.rebuild_file`): the two file-size
-ratios of issue 15, printed in their own table.
+Then applies `--changes` more such changes (run after each) and compares the live file and snapshot with a fresh
+build of the same sources, and the first build's file with a bulk copy of its data (`warehouse.rebuild_file`): the
+two file-size ratios of issue 15, printed in their own table.
 
 Each run is reported as wall time and CPU time (the process's, all threads: the machine may be shared). `--keep DIR`
 keeps each size's first build (sources and warehouse) in DIR/<chunks>/base and measures on a copy of it, so a 100k build
