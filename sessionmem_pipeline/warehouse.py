@@ -113,7 +113,8 @@ VECTOR_DELTA_MAX = 5_000
 """New vectors searched exactly (about 2 ms per 1,000 at 384 d) before they join the HNSW base."""
 VECTOR_REBUILD_SHARE = 0.5
 HNSW_DELETED_SHARE = 0.1
-EARLIER_SUMMARIES = """session_summaries v JOIN sessions s ON s.session_id = v.session_id AND s.summary_version = v.version
+EARLIER_SUMMARIES = """session_summaries v JOIN sessions s
+      ON s.session_id = v.session_id AND s.summary_version = v.version
     WHERE v.embedding IS NOT NULL AND s.project = {project} AND s.session_id <> {session}
       AND coalesce(s.ended_at, s.started_at) <= coalesce({start}::TIMESTAMPTZ, now())"""
 """The summaries a recap counts as its project's earlier sessions (the latest version of each other session of the
@@ -656,7 +657,8 @@ class _Queries:
     def earlier_summary_vectors(self, session: Mapping[str, Any]) -> list[list[float]]:
         """The vectors of the summaries a recap of this session (its `sessions` row) measures novelty against."""
         rows = self.conn.execute(
-            f"SELECT v.embedding FROM {EARLIER_SUMMARIES.format(project='$project', session='$session', start='$start')}",
+            "SELECT v.embedding FROM "
+            + EARLIER_SUMMARIES.format(project="$project", session="$session", start="$start"),
             {"project": session["project"], "session": session["session_id"], "start": session["started_at"]},
         ).fetchall()
         return [row[0] for row in rows]
@@ -742,7 +744,8 @@ class _Queries:
                 FROM stage_state WHERE session_id IN (SELECT session_id FROM wanted) GROUP BY session_id),
             earlier AS (
                 SELECT w.session_id, string_agg(v.summary_id, ',' ORDER BY v.summary_id) AS fp
-                FROM wanted w, {EARLIER_SUMMARIES.format(project="w.project", session="w.session_id", start="w.started_at")}
+                FROM wanted w,
+                     {EARLIER_SUMMARIES.format(project="w.project", session="w.session_id", start="w.started_at")}
                 GROUP BY w.session_id),
             known AS (
                 SELECT md5(coalesce(string_agg(memory_id || ':' || content, ',' ORDER BY memory_id, content), '')) AS fp

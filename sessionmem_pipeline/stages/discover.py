@@ -110,7 +110,7 @@ class _Walk:
             return
         for name in names:
             path = folder / name
-            if name.startswith(".") and not _is_session_name(folder, name):  # hidden folders, but `.aider.chat.history.md`
+            if name.startswith(".") and not _is_session_name(folder, name):  # hidden folders; `.aider.chat.history.md`
                 continue
             try:
                 target = os.stat(path)  # follows symlinks
