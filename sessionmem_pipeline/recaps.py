@@ -46,20 +46,13 @@ def session_recap(reader: _Queries, session: Mapping[str, Any], budget: int, llm
     from sessionmem_pipeline.core.recap import recap_session
 
     sid = session["session_id"]
-    earlier = reader.query(
-        """SELECT v.embedding FROM session_summaries v JOIN sessions s
-             ON s.session_id = v.session_id AND s.summary_version = v.version
-           WHERE s.project = ? AND s.session_id <> ? AND v.embedding IS NOT NULL
-             AND coalesce(s.ended_at, s.started_at) <= coalesce(?::TIMESTAMPTZ, now())""",
-        [session["project"], sid, session["started_at"]],
-    )
     memories = reader.query("SELECT embedding FROM memories WHERE embedding IS NOT NULL")
     return recap_session(
         reader.load_messages(sid),
         chunks=reader.load_chunks(sid) or None,
         chunk_vectors=reader.chunk_vectors(sid),
         memory_vectors=[m["embedding"] for m in memories],
-        earlier_summary_vectors=[e["embedding"] for e in earlier],
+        earlier_summary_vectors=reader.earlier_summary_vectors(session),
         budget=budget,
         llm=llm,
     )

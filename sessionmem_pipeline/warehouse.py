@@ -113,13 +113,24 @@ VECTOR_DELTA_MAX = 5_000
 """New vectors searched exactly (about 2 ms per 1,000 at 384 d) before they join the HNSW base."""
 VECTOR_REBUILD_SHARE = 0.5
 HNSW_DELETED_SHARE = 0.1
+EARLIER_SUMMARIES = """session_summaries v JOIN sessions s
+      ON s.session_id = v.session_id AND s.summary_version = v.version
+    WHERE v.embedding IS NOT NULL AND s.project = {project} AND s.session_id <> {session}
+      AND coalesce(s.ended_at, s.started_at) <= coalesce({start}::TIMESTAMPTZ, now())"""
+"""The summaries a recap counts as its project's earlier sessions (the latest version of each other session of the
+project that ended by the recapped session's start, with a vector), for `project`, `session` and `start` given as
+SQL: one rule for the recap (earlier_summary_vectors) and its fingerprint (recap_fingerprints)."""
 REBUILD_GROWTH = 1.3
 """The file is rebuilt once it is this much larger than its rows need (Warehouse.finish): DuckDB reuses freed
 blocks but never returns them, a run's checkpoint leaves its tables' last blocks partly used, and the first
 index's early checkpoints fix each column's compression while it holds a few rows."""
 REBUILD_MIN_EXCESS = 8 << 20
-"""Nor is it rebuilt for less: whatever the warehouse's size, a run's checkpoint leaves about 6 MB of 256 KB
-blocks partly used or free (reused by the next run), which a copy would win back only until the next run."""
+"""Nor is a file over REBUILD_CHEAP_BYTES rebuilt for less (nor one this small at all): whatever the warehouse's
+size, a run's checkpoint leaves about 6 MB of 256 KB blocks partly used or free (reused by the next run), which a
+copy would win back only until the next run."""
+REBUILD_CHEAP_BYTES = 32 << 20
+"""Up to this size the bound alone decides: a copy takes about a second or less (0.8 s CPU at 12 MB), and the
+~6 MB a run leaves is itself more than REBUILD_GROWTH allows a file of under 20 MB."""
 REBUILD_FIXED_BYTES = 6 << 20
 """What a compact warehouse with any data holds whatever its rows (every table's first blocks; 6.0 MB with one
 session), not scaled with the rows."""
@@ -643,6 +654,15 @@ class _Queries:
             for r in rows
         ]
 
+    def earlier_summary_vectors(self, session: Mapping[str, Any]) -> list[list[float]]:
+        """The vectors of the summaries a recap of this session (its `sessions` row) measures novelty against."""
+        rows = self.conn.execute(
+            "SELECT v.embedding FROM "
+            + EARLIER_SUMMARIES.format(project="$project", session="$session", start="$start"),
+            {"project": session["project"], "session": session["session_id"], "start": session["started_at"]},
+        ).fetchall()
+        return [row[0] for row in rows]
+
     def chunk_vectors(self, session_id: str) -> dict[int, list[float]]:
         if not self._table_exists("chunk_embeddings"):
             return {}
@@ -657,13 +677,18 @@ class _Queries:
         return self.source_states([path]).get(path, (None, None))
 
     def source_states(self, paths: Sequence[str]) -> dict[str, tuple[IndexedState | None, dict[str, Any]]]:
-        """Per stored path of these: its indexed state (None unless indexed) and its row, in one query (a scan's
-        files are looked up together, not one query each; handed over as Arrow, since DuckDB converts a list
-        parameter value by value)."""
+        """Per stored path of these: its indexed state (None unless indexed) and the columns of its row that ingest
+        reads (path, format, status, session_ids, stage_key), in one query (a scan's files are looked up together,
+        not one query each; handed over as Arrow, since DuckDB converts a list parameter value by value; the other
+        columns are left: converting their times cost more than the rest at 10,000 files)."""
         import pyarrow as pa  # the writer's path only: readers do not pay for it
 
         with self._registered(pa.table({"path": pa.array(list(paths), pa.string())})) as wanted:
-            rows = self.query(f"SELECT f.* FROM source_files f SEMI JOIN {wanted} w ON w.path = f.path")
+            rows = self.query(
+                f"""SELECT f.path, f.format, f.size, f.mtime_ns, f.sha256, f.consumed_bytes, f.prefix_sha256, f.status,
+                           f.session_ids, f.stage_key
+                    FROM source_files f SEMI JOIN {wanted} w ON w.path = f.path"""
+            )
         return {
             row["path"]: (
                 IndexedState(row["size"], row["mtime_ns"], row["sha256"], row["consumed_bytes"], row["prefix_sha256"])
@@ -711,20 +736,16 @@ class _Queries:
         stage (their inputs and keys: messages, chunks, vectors, redaction), the summaries of its project's
         earlier sessions and the curated memories (novelty), and `rules` (the recap's version and budget)."""
         rows = self.conn.execute(
-            """
+            f"""
             WITH wanted AS (
                 SELECT session_id, project, started_at FROM sessions WHERE session_id IN (SELECT unnest($ids))),
             states AS (
                 SELECT session_id, string_agg(stage || '=' || input_fp || '/' || stage_key, ',' ORDER BY stage) AS fp
                 FROM stage_state WHERE session_id IN (SELECT session_id FROM wanted) GROUP BY session_id),
-            summaries AS (
-                SELECT s.project, s.session_id, v.summary_id, coalesce(s.ended_at, s.started_at) AS moment
-                FROM session_summaries v JOIN sessions s ON s.session_id = v.session_id AND s.summary_version = v.version
-                WHERE v.embedding IS NOT NULL AND s.project IN (SELECT project FROM wanted)),
             earlier AS (
-                SELECT w.session_id, string_agg(m.summary_id, ',' ORDER BY m.summary_id) AS fp
-                FROM wanted w JOIN summaries m ON m.project = w.project AND m.session_id <> w.session_id
-                 AND m.moment <= coalesce(w.started_at, now())
+                SELECT w.session_id, string_agg(v.summary_id, ',' ORDER BY v.summary_id) AS fp
+                FROM wanted w,
+                     {EARLIER_SUMMARIES.format(project="w.project", session="w.session_id", start="w.started_at")}
                 GROUP BY w.session_id),
             known AS (
                 SELECT md5(coalesce(string_agg(memory_id || ':' || content, ',' ORDER BY memory_id, content), '')) AS fp
@@ -1483,10 +1504,11 @@ class Warehouse(_Queries):
 
 def _outgrown(size: int, need: float | None) -> bool:
     """Whether the (checkpointed) file holds more than REBUILD_GROWTH times what its rows need, by more than
-    REBUILD_MIN_EXCESS bytes (see Warehouse._rows_need)."""
+    REBUILD_MIN_EXCESS bytes where it is over REBUILD_CHEAP_BYTES (see Warehouse._rows_need)."""
     if size <= REBUILD_MIN_EXCESS:
         return False
-    return need is None or (size > REBUILD_GROWTH * need and size - need > REBUILD_MIN_EXCESS)
+    least_excess = 0 if size <= REBUILD_CHEAP_BYTES else REBUILD_MIN_EXCESS
+    return need is None or (size > REBUILD_GROWTH * need and size - need > least_excess)
 
 
 def _has_log(path: Path) -> bool:

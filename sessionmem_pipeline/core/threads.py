@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -309,16 +309,20 @@ def build_threads(
     max_gap_days: float | None = MAX_GAP_DAYS,
     half_life_days: float = HALF_LIFE_DAYS,
     weights: LinkWeights = LinkWeights(),
+    scored: Callable[[Sequence[ThreadInput]], np.ndarray | None] = lambda members: None,
 ) -> list[Thread]:
     """Threads of two or more related sessions, per project, earliest thread first; sessions in no thread are
-    related to none of the others. Pass each session once (ids are unique)."""
+    related to none of the others. Pass each session once (ids are unique). `scored(members)`: their link scores
+    (`link_scores(members, members)`) where the caller has computed them already, else None."""
     by_project: dict[str, list[ThreadInput]] = {}
     for session in sorted(sessions, key=_time_order):
         by_project.setdefault(session.project, []).append(session)
     threads: list[tuple[tuple, Thread]] = []
     for project, members in by_project.items():
-        links = _link_matrix(members, members, weights=weights, max_gap_days=max_gap_days,
-                             half_life_days=half_life_days)
+        links = scored(members)
+        if links is None:
+            links = _link_matrix(members, members, weights=weights, max_gap_days=max_gap_days,
+                                 half_life_days=half_life_days)
         np.fill_diagonal(links, 0.0)
         for group in _average_linkage(links, similarity_threshold):
             if len(group) < 2:

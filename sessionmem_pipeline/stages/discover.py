@@ -56,9 +56,9 @@ class Discovery:
     excluded: list[tuple[str, Exclusion]] = field(default_factory=list)  # (path, why)
 
 
-def _is_session_name(path: Path) -> bool:
+def _is_session_name(folder: Path, name: str) -> bool:
     """The agent-format registry decides which names are session files (core/formats/registry.py)."""
-    return REGISTRY.wants(path, excluded_names=(MEMORIES_FILE,))
+    return REGISTRY.wants_in(folder, name, excluded_names=(MEMORIES_FILE,))
 
 
 def _file_kind(mode: int) -> str:
@@ -110,7 +110,7 @@ class _Walk:
             return
         for name in names:
             path = folder / name
-            if name.startswith(".") and not _is_session_name(path):  # hidden folders, but `.aider.chat.history.md`
+            if name.startswith(".") and not _is_session_name(folder, name):  # hidden folders; `.aider.chat.history.md`
                 continue
             try:
                 target = os.stat(path)  # follows symlinks
@@ -130,7 +130,7 @@ class _Walk:
                     self.problem(path, "duplicate", "folder already read under another path; not read twice")
                 else:
                     yield from self._folder(path, target, ancestors)
-            elif _is_session_name(path):
+            elif _is_session_name(folder, name):
                 if not stat.S_ISREG(target.st_mode):
                     self.problem(path, "not_a_file", f"{_file_kind(target.st_mode)}, not a regular file; not opened")
                 elif target_key in self.seen:

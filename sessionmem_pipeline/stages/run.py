@@ -109,7 +109,8 @@ def index_sources(
                 now=now or started_at,
                 progress=progress or (lambda stage, done, total: None),
             )
-            scan = scan_sources(roots, since=since, rules=privacy_rules(settings))
+            with report.timed("walk"):
+                scan = scan_sources(roots, since=since, rules=privacy_rules(settings))
             scan.files = _select(scan.files, wh, session)
             scope_roots = roots if session is None and since is None else None
             run_all(ctx, scan, scope_roots, report, full=full)

@@ -129,19 +129,40 @@ def _within_reach(wh: Warehouse, project: str, sessions: Sequence[ThreadInput]) 
     return list(ids[reach])
 
 
+class _Scores:
+    """Link scores computed while relinking (the changed sessions' rows against the sessions within their reach),
+    handed to the clustering for a component they cover whole (a full rebuild: every component), so its links are
+    not computed a second time (scores depend only on their two sessions: the same numbers either way)."""
+
+    def __init__(self, rows: Sequence[ThreadInput] = (), cols: Sequence[ThreadInput] = (),
+                 scores: np.ndarray | None = None) -> None:
+        self.rows = {s.session_id: i for i, s in enumerate(rows)}
+        self.cols = {s.session_id: j for j, s in enumerate(cols)}
+        self.scores = scores
+
+    def of(self, members: Sequence[ThreadInput]) -> np.ndarray | None:
+        ids = [s.session_id for s in members]
+        if self.scores is None or not all(i in self.rows and i in self.cols for i in ids):
+            return None
+        return self.scores[np.ix_([self.rows[i] for i in ids], [self.cols[i] for i in ids])]
+
+
 def _relink(
     wh: Warehouse, project: str, changed: set[str], loaded: dict[str, ThreadInput]
-) -> tuple[list[tuple], set[str], list[set[str]]]:
+) -> tuple[list[tuple], set[str], list[set[str]], _Scores]:
     """For one project: the changed sessions' strong links as they are now, the sessions whose threads must be
-    replaced, and the strong components to cluster again (nothing written; the inputs it read go to `loaded`)."""
+    replaced, the strong components to cluster again, and the scores computed (nothing written; the inputs it read
+    go to `loaded`)."""
     before = _strong_links(wh, project)
     present = [s for s in _inputs(wh, sorted(changed)) if s.project == project]
     new_links: list[tuple] = []
+    computed = _Scores()
     if present:
         reach = set(_within_reach(wh, project, present)) - {s.session_id for s in present}
         others = present + _inputs(wh, sorted(reach))
         loaded.update((s.session_id, s) for s in others)
-        strong = link_scores(present, others) >= SIMILARITY_THRESHOLD
+        computed = _Scores(present, others, link_scores(present, others))
+        strong = computed.scores >= SIMILARITY_THRESHOLD
         strong[:, : len(present)] &= np.triu(np.ones((len(present), len(present)), dtype=bool), 1)  # each pair once
         for i, j in zip(*np.nonzero(strong), strict=True):
             new_links.append((project, *sorted((present[i].session_id, others[j].session_id))))
@@ -152,7 +173,7 @@ def _relink(
     links_now = [(a, b) for a, b in before if a not in changed and b not in changed] + [link[1:] for link in new_links]
     to_cluster = [component for component in strong_components({s for link in links_now for s in link} | touched,
                                                                 links_now) if component & touched]
-    return new_links, touched.union(*to_cluster), to_cluster
+    return new_links, touched.union(*to_cluster), to_cluster, computed
 
 
 def refresh_threads(wh: Warehouse, stage_key: str) -> int:
@@ -164,9 +185,9 @@ def refresh_threads(wh: Warehouse, stage_key: str) -> int:
             for table in ("session_threads", "thread_links", "thread_inputs"):
                 wh.conn.execute(f"DELETE FROM {table}")
         changes, inputs_now = _changed_sessions(wh)
-        new_links, touched, components, inputs = [], set(), [], {}
+        new_links, touched, components, inputs, scores = [], set(), [], {}, {}
         for project, changed in sorted(changes.items()):
-            links, project_touched, project_components = _relink(wh, project, changed, inputs)
+            links, project_touched, project_components, scores[project] = _relink(wh, project, changed, inputs)
             new_links += links
             touched |= project_touched
             components += [(project, component) for component in project_components]
@@ -174,7 +195,8 @@ def refresh_threads(wh: Warehouse, stage_key: str) -> int:
         threads = [
             thread
             for project, component in components
-            for thread in build_threads([inputs[s] for s in component if s in inputs and inputs[s].project == project])
+            for thread in build_threads([inputs[s] for s in component if s in inputs and inputs[s].project == project],
+                                        scored=scores[project].of)
         ]
         changed_ids = sorted({s for sessions in changes.values() for s in sessions})
         wh.delete_thread_links(changed_ids)

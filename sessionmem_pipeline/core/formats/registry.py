@@ -127,17 +127,24 @@ class Registry:
 
     def format_for_path(self, path: str | PurePath) -> SourceFormat | None:
         pure = PurePath(path)
-        rules = self._rules(pure.parts[:-1])
-        return next((f for f, name in rules.names if fnmatchcase(pure.name, name)), None)
+        return self.format_in(pure.parent, pure.name)
+
+    def format_in(self, folder: PurePath, name: str) -> SourceFormat | None:
+        """The format of the file `name` in `folder` (a walk parses each folder once, not each file's whole path)."""
+        return next((f for f, pattern in self._rules(folder.parts).names if fnmatchcase(name, pattern)), None)
 
     def wants(self, path: str | PurePath, excluded_names: Iterable[str] = ()) -> bool:
-        """Whether discovery should pick the file up: a registered pattern, or a JSON file outside every territory."""
         pure = PurePath(path)
-        if self.format_for_path(pure) is not None:
+        return self.wants_in(pure.parent, pure.name, excluded_names)
+
+    def wants_in(self, folder: PurePath, name: str, excluded_names: Iterable[str] = ()) -> bool:
+        """Whether discovery should pick the file `name` in `folder` up: a registered pattern, or a JSON file outside
+        every territory."""
+        if self.format_in(folder, name) is not None:
             return True
-        if not pure.name.endswith(JSON_SUFFIXES) or pure.name.startswith(".") or pure.name in excluded_names:
+        if not name.endswith(JSON_SUFFIXES) or name.startswith(".") or name in excluded_names:
             return False
-        return not self._rules(pure.parts[:-1]).in_territory
+        return not self._rules(folder.parts).in_territory
 
     def default_locations(self, home: Path) -> list[Path]:
         """Every default folder of a registered format that exists, outermost only (a folder inside another found
