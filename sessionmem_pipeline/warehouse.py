@@ -125,12 +125,10 @@ REBUILD_GROWTH = 1.3
 blocks but never returns them, a run's checkpoint leaves its tables' last blocks partly used, and the first
 index's early checkpoints fix each column's compression while it holds a few rows."""
 REBUILD_MIN_EXCESS = 8 << 20
-"""Nor is a file over REBUILD_CHEAP_BYTES rebuilt for less (nor one this small at all): whatever the warehouse's
-size, a run's checkpoint leaves about 6 MB of 256 KB blocks partly used or free (reused by the next run), which a
-copy would win back only until the next run."""
-REBUILD_CHEAP_BYTES = 32 << 20
-"""Up to this size the bound alone decides: a copy takes about a second or less (0.8 s CPU at 12 MB), and the
-~6 MB a run leaves is itself more than REBUILD_GROWTH allows a file of under 20 MB."""
+"""Nor is it rebuilt for less: whatever the warehouse's size, a run's checkpoint leaves about 6 MB of 256 KB
+blocks partly used or free (reused by the next run), which a copy would win back only until the next run (a
+rebuild of a 12 MB file costs ~0.8 s CPU: rebuilding a small file after every run would double each run's cost
+to keep a bounded few MB)."""
 REBUILD_FIXED_BYTES = 6 << 20
 """What a compact warehouse with any data holds whatever its rows (every table's first blocks; 6.0 MB with one
 session), not scaled with the rows."""
@@ -1504,11 +1502,10 @@ class Warehouse(_Queries):
 
 def _outgrown(size: int, need: float | None) -> bool:
     """Whether the (checkpointed) file holds more than REBUILD_GROWTH times what its rows need, by more than
-    REBUILD_MIN_EXCESS bytes where it is over REBUILD_CHEAP_BYTES (see Warehouse._rows_need)."""
+    REBUILD_MIN_EXCESS bytes (see Warehouse._rows_need)."""
     if size <= REBUILD_MIN_EXCESS:
         return False
-    least_excess = 0 if size <= REBUILD_CHEAP_BYTES else REBUILD_MIN_EXCESS
-    return need is None or (size > REBUILD_GROWTH * need and size - need > least_excess)
+    return need is None or (size > REBUILD_GROWTH * need and size - need > REBUILD_MIN_EXCESS)
 
 
 def _has_log(path: Path) -> bool:

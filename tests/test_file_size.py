@@ -124,13 +124,3 @@ def test_fragmentation_past_the_bound_is_rebuilt_away_and_forget_purges_vectors(
     with Warehouse(settings.warehouse) as wh:  # nothing derived from its words stays, not even unlinked vectors
         assert wh.scalar(f"SELECT count(*) FROM {VECTOR_BASE} WHERE session_id = ?", [session]) == 0
 
-
-
-def test_a_small_file_is_rebuilt_on_the_bound_alone_a_large_one_only_for_a_real_excess() -> None:
-    megabytes = 1 << 20
-    assert warehouse._outgrown(17 * megabytes, 11 * megabytes)  # a run's ~6 MB slack on a 1k-chunk warehouse
-    assert not warehouse._outgrown(13 * megabytes, 11 * megabytes)  # within the bound
-    assert not warehouse._outgrown(7 * megabytes, 1 * megabytes)  # too small to win anything
-    assert not warehouse._outgrown(606 * megabytes, 600 * megabytes)
-    assert not warehouse._outgrown(33 * megabytes, 25 * megabytes)  # over the bound by 8 MB, no longer cheap
-    assert warehouse._outgrown(800 * megabytes, 600 * megabytes)
