@@ -50,6 +50,28 @@ def test_unchanged_files_are_skipped_without_work(env: dict) -> None:
     assert (again.messages_written, again.chunks, again.embedded, again.snapshot) == (0, 0, 0, None)
 
 
+def test_only_files_whose_stat_moved_reach_the_per_file_ingest(env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sessionmem_pipeline.stages import pipeline
+
+    index_sources(env["settings"])
+    looked_at: list[str] = []
+
+    def counted(ctx, source, **kwargs):
+        looked_at.append(Path(source.path).name)
+        return ingest_file(ctx, source, **kwargs)
+
+    ingest_file = pipeline.ingest_file
+    monkeypatch.setattr(pipeline, "ingest_file", counted)
+    assert index_sources(env["settings"]).decisions == {"unchanged": 2}
+    assert looked_at == []  # settled from the walk's stat: no read, no transaction
+    with env["live"].open("a", encoding="utf-8") as handle:
+        handle.write(_line(6))
+    report = index_sources(env["settings"])
+    assert (report.decisions, looked_at) == ({"unchanged": 1, "grown": 1}, ["live.jsonl"])
+    assert _count(env["settings"], "SELECT count(*) FROM messages WHERE text LIKE '%(turn 6)%'") == 1
+    assert index_sources(env["settings"], full=True).decisions == {"rewritten": 2}  # --full reads every file
+
+
 def test_touched_file_with_same_bytes_is_unchanged(env: dict) -> None:
     index_sources(env["settings"])
     os.utime(env["live"], ns=(1, 1))

@@ -24,7 +24,7 @@ from sessionmem_pipeline.providers.llm import OpenAIChatModel
 from sessionmem_pipeline.recaps import RECAPS_MADE_BY, refresh_recaps
 from sessionmem_pipeline.stages.discover import Discovery, SourceFile, file_stat, record_source_problems
 from sessionmem_pipeline.stages.embed import embed_sessions
-from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
+from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing, unchanged_since_walk
 from sessionmem_pipeline.stages.ingest_staging import StagedParses, read_parses
 from sessionmem_pipeline.stages.memories import find_memory_files, ingest_memories
 from sessionmem_pipeline.stages.privacy import remove_excluded_sessions
@@ -176,20 +176,29 @@ def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: boo
     report.excluded += [{"path": path, "reason": str(why)} for path, why in scan.excluded]
     report.files_seen += len(scan.files)
     stored = ctx.wh.source_states([source.path for source in scan.files])
-    parses = read_parses(ctx.settings, ctx.keys[INGEST.name])
+    key = ctx.keys[INGEST.name]
+    pending = []
+    for source in scan.files:
+        settled = unchanged_since_walk(source, stored.get(source.path, (None, None)), key, full=full)
+        if settled is None:
+            pending.append(source)
+        else:
+            report.add_ingest(settled)
+    parses = read_parses(ctx.settings, key)
 
     def ingest_one(source: SourceFile) -> IngestOutcome:
         found = stored.get(source.path, (None, None))
         outcome = ingest_file(ctx, source, full=full, stored=found, staged=parses.take)
-        if source is scan.files[0]:  # raised in the batch, it is raised again once the file has committed alone
+        if source is pending[0]:  # raised in the batch, it is raised again once the file has committed alone
             fault_point("ingest", "in")
         return outcome
 
-    for start in range(0, len(scan.files), INGEST_BATCH):
-        batch = scan.files[start : start + INGEST_BATCH]
+    settled_count = len(scan.files) - len(pending)
+    for start in range(0, len(pending), INGEST_BATCH):
+        batch = pending[start : start + INGEST_BATCH]
         for outcome in _ingest_batch(ctx.wh, batch, ingest_one, parses):
             report.add_ingest(outcome)
-        ctx.progress("ingest", start + len(batch), len(scan.files))
+        ctx.progress("ingest", settled_count + start + len(batch), len(scan.files))
     report.computed_in_commit[INGEST.name] = report.computed_in_commit.get(INGEST.name, 0) + parses.parsed_here
     parses.remove_consumed(ctx.partition_keys)
     removed = remove_excluded_sessions(ctx.wh, ctx.settings)
