@@ -782,7 +782,14 @@ class _Queries:
         )
 
     def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
-        """Start, end, counts and speakers of sessions, from their messages."""
+        """Start, end, counts and speakers of sessions, from their messages: inside a transaction, once for every
+        session it asked for, just before it commits (a batch of files costs one statement, not one per file)."""
+        if self._in_transaction:
+            self._aggregates_due.update(session_ids)
+        else:
+            self._refresh_aggregates(session_ids)
+
+    def _refresh_aggregates(self, session_ids: Sequence[str]) -> None:
         self.conn.execute(
             """
             UPDATE sessions SET
@@ -948,6 +955,7 @@ class Warehouse(_Queries):
         self._seed_stopwords()
         self._in_transaction = False
         self._generation_bumped = False  # in the open transaction
+        self._aggregates_due: set[str] = set()  # sessions whose aggregates the open transaction refreshes
 
     def _seed_stopwords(self) -> None:
         """The fts extension's English stopword list, taken from a throwaway index in the in-memory database
@@ -999,12 +1007,15 @@ class Warehouse(_Queries):
         try:
             try:
                 yield self.conn
+                if self._aggregates_due:
+                    self._refresh_aggregates(sorted(self._aggregates_due))
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 raise
             self.conn.execute("COMMIT")
         finally:
             self._in_transaction = self._generation_bumped = False
+            self._aggregates_due = set()
 
     # -- generic row movement --
 
