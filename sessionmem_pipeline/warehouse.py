@@ -781,32 +781,6 @@ class _Queries:
             hashes,
         )
 
-    def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
-        """Start, end, counts and speakers of sessions, from their messages: inside a transaction, once for every
-        session it asked for, just before it commits (a batch of files costs one statement, not one per file)."""
-        if self._in_transaction:
-            self._aggregates_due.update(session_ids)
-        else:
-            self._refresh_aggregates(session_ids)
-
-    def _refresh_aggregates(self, session_ids: Sequence[str]) -> None:
-        self.conn.execute(
-            """
-            UPDATE sessions SET
-                started_at = agg.started_at, ended_at = agg.ended_at, message_count = agg.message_count,
-                speakers = agg.speakers
-            FROM (
-                SELECT session_id, min(timestamp) AS started_at, max(timestamp) AS ended_at,
-                       count(*) AS message_count,
-                       list(DISTINCT coalesce(speaker, role) ORDER BY coalesce(speaker, role))
-                           FILTER (WHERE kind = 'message' AND role IN ('user', 'assistant')) AS speakers
-                FROM messages WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id
-            ) AS agg
-            WHERE sessions.session_id = agg.session_id
-            """,
-            [list(session_ids)],
-        )
-
     def chunks_without_embedding(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
         return self.query(
             """
@@ -1016,6 +990,32 @@ class Warehouse(_Queries):
         finally:
             self._in_transaction = self._generation_bumped = False
             self._aggregates_due = set()
+
+    def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
+        """Start, end, counts and speakers of sessions, from their messages: inside a transaction, once for every
+        session it asked for, just before it commits (a batch of files costs one statement, not one per file)."""
+        if self._in_transaction:
+            self._aggregates_due.update(session_ids)
+        else:
+            self._refresh_aggregates(session_ids)
+
+    def _refresh_aggregates(self, session_ids: Sequence[str]) -> None:
+        self.conn.execute(
+            """
+            UPDATE sessions SET
+                started_at = agg.started_at, ended_at = agg.ended_at, message_count = agg.message_count,
+                speakers = agg.speakers
+            FROM (
+                SELECT session_id, min(timestamp) AS started_at, max(timestamp) AS ended_at,
+                       count(*) AS message_count,
+                       list(DISTINCT coalesce(speaker, role) ORDER BY coalesce(speaker, role))
+                           FILTER (WHERE kind = 'message' AND role IN ('user', 'assistant')) AS speakers
+                FROM messages WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id
+            ) AS agg
+            WHERE sessions.session_id = agg.session_id
+            """,
+            [list(session_ids)],
+        )
 
     # -- generic row movement --
 
