@@ -800,25 +800,6 @@ class _Queries:
             hashes,
         )
 
-    def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
-        """Start, end, counts and speakers of sessions, from their messages."""
-        self.conn.execute(
-            """
-            UPDATE sessions SET
-                started_at = agg.started_at, ended_at = agg.ended_at, message_count = agg.message_count,
-                speakers = agg.speakers
-            FROM (
-                SELECT session_id, min(timestamp) AS started_at, max(timestamp) AS ended_at,
-                       count(*) AS message_count,
-                       list(DISTINCT coalesce(speaker, role) ORDER BY coalesce(speaker, role))
-                           FILTER (WHERE kind = 'message' AND role IN ('user', 'assistant')) AS speakers
-                FROM messages WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id
-            ) AS agg
-            WHERE sessions.session_id = agg.session_id
-            """,
-            [list(session_ids)],
-        )
-
     def chunks_without_embedding(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
         return self.query(
             """
@@ -967,6 +948,7 @@ class Warehouse(_Queries):
         self._seed_stopwords()
         self._in_transaction = False
         self._generation_bumped = False  # in the open transaction
+        self._aggregates_due: set[str] = set()  # sessions whose aggregates the open transaction refreshes
 
     def _seed_stopwords(self) -> None:
         """The fts extension's English stopword list, taken from a throwaway index in the in-memory database
@@ -1018,12 +1000,41 @@ class Warehouse(_Queries):
         try:
             try:
                 yield self.conn
+                if self._aggregates_due:
+                    self._refresh_aggregates(sorted(self._aggregates_due))
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 raise
             self.conn.execute("COMMIT")
         finally:
             self._in_transaction = self._generation_bumped = False
+            self._aggregates_due = set()
+
+    def refresh_session_aggregates(self, session_ids: Sequence[str]) -> None:
+        """Start, end, counts and speakers of sessions, from their messages: inside a transaction, once for every
+        session it asked for, just before it commits (a batch of files costs one statement, not one per file)."""
+        if self._in_transaction:
+            self._aggregates_due.update(session_ids)
+        else:
+            self._refresh_aggregates(session_ids)
+
+    def _refresh_aggregates(self, session_ids: Sequence[str]) -> None:
+        self.conn.execute(
+            """
+            UPDATE sessions SET
+                started_at = agg.started_at, ended_at = agg.ended_at, message_count = agg.message_count,
+                speakers = agg.speakers
+            FROM (
+                SELECT session_id, min(timestamp) AS started_at, max(timestamp) AS ended_at,
+                       count(*) AS message_count,
+                       list(DISTINCT coalesce(speaker, role) ORDER BY coalesce(speaker, role))
+                           FILTER (WHERE kind = 'message' AND role IN ('user', 'assistant')) AS speakers
+                FROM messages WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id
+            ) AS agg
+            WHERE sessions.session_id = agg.session_id
+            """,
+            [list(session_ids)],
+        )
 
     # -- generic row movement --
 

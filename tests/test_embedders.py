@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -400,3 +403,22 @@ def test_the_model_file_is_hashed_again_only_when_its_size_or_mtime_changes(tmp_
     assert (tmp_path / "cache" / "sessionmem" / "model-digest.json").is_file()
     model.write_bytes(b"damaged weights")
     assert embedders._verified_digest(model, good) == hashlib.sha256(b"damaged weights").hexdigest()
+
+
+def test_a_remote_embedder_imports_openai_only_for_its_first_request(tmp_path: Path) -> None:
+    """Every writer step computes the stage keys, which need the embedder's identity only: that must not cost the
+    `openai` import (~0.6 s of CPU per process). A wrong setting still fails when the embedder is built."""
+    script = (
+        "import sys\n"
+        "from sessionmem_pipeline.providers.embedders import OpenAIEmbedder\n"
+        "from sessionmem_pipeline.providers.openai_compat import ProviderConfigError\n"
+        "embedder = OpenAIEmbedder(base_url='http://127.0.0.1:9/v1', dimensions=16)\n"
+        "print(embedder.model_id, 'openai' in sys.modules)\n"
+        "try:\n"
+        "    OpenAIEmbedder(base_url='ftp://nowhere', dimensions=16)\n"
+        "except ProviderConfigError:\n"
+        "    print('refused at once')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.stdout.split("\n")[:2] == ["openai:text-embedding-3-small@16 False", "refused at once"]

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -283,3 +284,31 @@ def test_a_transaction_opened_inside_another_commits_or_rolls_back_with_it(tmp_p
         wh.bump_generation()  # outside any transaction: every call counts
         wh.bump_generation()
         assert wh.generation() == 3
+
+
+def test_session_aggregates_asked_for_in_a_transaction_are_refreshed_as_it_commits(tmp_path: Path) -> None:
+    """A batch of files asks once per file and refreshes once: the aggregates count every message the batch wrote,
+    also those a later file added to a session an earlier one asked for; a rolled-back batch refreshes nothing."""
+    def message(session_id: str, seq: int) -> dict:
+        return {"session_id": session_id, "message_id": f"{session_id}:{seq}", "seq": seq, "role": "user",
+                "kind": "message", "speaker": "user", "text": "hi", "timestamp": datetime(2026, 1, 1, seq, tzinfo=UTC)}
+
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        with wh.transaction():
+            for session_id, seqs in (("s1", [0, 1]), ("s2", [0]), ("s1", [2])):  # the third file adds to s1
+                with wh.transaction():
+                    if not wh.scalar("SELECT count(*) FROM sessions WHERE session_id = ?", [session_id]):
+                        wh.insert("sessions", [{"session_id": session_id, "project": "p"}])
+                    wh.insert("messages", [message(session_id, seq) for seq in seqs])
+                    wh.refresh_session_aggregates([session_id])
+            assert wh.scalar("SELECT count(message_count) FROM sessions") == 0  # not yet: once, at the commit
+        counts = dict(wh.conn.execute("SELECT session_id, message_count FROM sessions").fetchall())
+        assert counts == {"s1": 3, "s2": 1}
+        assert wh.scalar("SELECT ended_at FROM sessions WHERE session_id = 's1'") == datetime(2026, 1, 1, 2, tzinfo=UTC)
+
+        with pytest.raises(RuntimeError), wh.transaction():
+            wh.insert("messages", [message("s2", 1)])
+            wh.refresh_session_aggregates(["s2"])
+            raise RuntimeError("the batch fails")
+        wh.refresh_session_aggregates(["s1"])  # outside a transaction: at once
+        assert dict(wh.conn.execute("SELECT session_id, message_count FROM sessions").fetchall()) == counts

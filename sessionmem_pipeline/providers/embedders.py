@@ -35,7 +35,7 @@ from sessionmem_pipeline.providers.openai_compat import (
     call_with_retries,
     describe_failure,
     is_configuration_failure,
-    make_client,
+    lazy_client,
     provider_failures,
     reading_reply,
 )
@@ -394,7 +394,7 @@ class OpenAIEmbedder(Embedder):
         self.batch_size = batch_size
         self.max_in_flight = max_in_flight
         self._where = base_url or OPENAI_BASE_URL
-        self._client = make_client(base_url=base_url, api_key=api_key, timeout=timeout, section="embedding")
+        self._client_when_used = lazy_client(base_url=base_url, api_key=api_key, timeout=timeout, section="embedding")
         self._retry = RetryPolicy(max_attempts=max_attempts, backoff_seconds=backoff_seconds)
         self._gate = PauseGate()
         self._give_up_after = give_up_after_failed_batches
@@ -449,7 +449,7 @@ class OpenAIEmbedder(Embedder):
 
     def batch_api(self) -> BatchAPI:
         """The server's Batch API, with this embedder's client, retries and shared pause."""
-        return BatchAPI(self._client, self._retry, self._gate)
+        return BatchAPI(self._client_when_used(), self._retry, self._gate)
 
     def vectors_from_reply(self, body: Mapping[str, Any], expected: int) -> np.ndarray:
         """The checked, normalized vectors of an embeddings reply body (a Batch API result line's body)."""
@@ -467,7 +467,7 @@ class OpenAIEmbedder(Embedder):
 
         def call() -> np.ndarray:
             with reading_reply():
-                response = self._client.embeddings.create(**body)
+                response = self._client_when_used().embeddings.create(**body)
             return self._vectors_from(response, len(texts))
 
         try:

@@ -24,7 +24,7 @@ from sessionmem_pipeline.providers.openai_compat import (
     call_with_retries,
     describe_failure,
     is_transient,
-    make_client,
+    lazy_client,
     openai_package,
     provider_failures,
     reading_reply,
@@ -113,7 +113,7 @@ class OpenAIChatModel:
         self.temperature = temperature
         self.max_output_tokens = max_output_tokens
         self._where = base_url or OPENAI_BASE_URL
-        self._client = make_client(base_url=base_url, api_key=api_key, timeout=timeout, section="llm")
+        self._client_when_used = lazy_client(base_url=base_url, api_key=api_key, timeout=timeout, section="llm")
         self._retry = RetryPolicy(max_attempts=max_attempts, backoff_seconds=backoff_seconds)
         self._json_mode = True
         self._slots = threading.BoundedSemaphore(max_in_flight)
@@ -181,7 +181,7 @@ class OpenAIChatModel:
 
     def batch_api(self) -> BatchAPI:
         """The server's Batch API, with this model's client, retries and shared pause."""
-        return BatchAPI(self._client, self._retry, self._gate)
+        return BatchAPI(self._client_when_used(), self._retry, self._gate)
 
     def _request(self, messages: list[dict[str, str]], *, json_mode: bool) -> dict[str, Any]:
         request: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
@@ -196,7 +196,7 @@ class OpenAIChatModel:
 
         def call() -> tuple[str, str | None]:
             with self._slots, reading_reply():
-                response = self._client.chat.completions.create(**request)
+                response = self._client_when_used().chat.completions.create(**request)
             if not getattr(response, "choices", None) or response.choices[0].message is None:
                 raise MalformedResponseError("the reply has no choices")
             choice = response.choices[0]

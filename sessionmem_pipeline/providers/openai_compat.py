@@ -76,7 +76,35 @@ def make_client(*, base_url: str | None, api_key: str | None, timeout: float, se
     a server the user did not configure. Retries are ours (`RetryPolicy`), so the client's are off.
     `section` ("embedding" or "llm") names the configuration keys in error messages.
     """
-    openai = openai_package()
+    _check_client_settings(base_url, api_key, section)
+    return openai_package().OpenAI(
+        base_url=base_url or OPENAI_BASE_URL,
+        api_key=api_key or PLACEHOLDER_API_KEY,
+        max_retries=0,
+        timeout=timeout,
+    )
+
+
+def lazy_client(
+    *, base_url: str | None, api_key: str | None, timeout: float, section: str
+) -> Callable[[], openai.OpenAI]:
+    """`make_client`'s checks now, the client on first call (once, whichever thread asks first): importing
+    `openai` costs about 0.6 s of CPU, which a process that only needs the model's identity must not pay (each
+    Dagster writer step computes every stage key; most of them never send a request)."""
+    _check_client_settings(base_url, api_key, section)
+    lock = threading.Lock()
+    built: list[openai.OpenAI] = []
+
+    def client() -> openai.OpenAI:
+        with lock:
+            if not built:
+                built.append(make_client(base_url=base_url, api_key=api_key, timeout=timeout, section=section))
+        return built[0]
+
+    return client
+
+
+def _check_client_settings(base_url: str | None, api_key: str | None, section: str) -> None:
     if base_url is not None and not base_url.startswith(("http://", "https://")):
         raise ProviderConfigError(
             f"{section}.base_url must be an http(s) URL such as http://localhost:11434/v1, got {base_url!r}"
@@ -87,12 +115,6 @@ def make_client(*, base_url: str | None, api_key: str | None, timeout: float, se
             "which needs an API key, and none was configured. Provide the key through the configuration, "
             f"or set {section}.base_url to an OpenAI-compatible server (Ollama, vLLM, LM Studio) that needs none."
         )
-    return openai.OpenAI(
-        base_url=base_url or OPENAI_BASE_URL,
-        api_key=api_key or PLACEHOLDER_API_KEY,
-        max_retries=0,
-        timeout=timeout,
-    )
 
 
 class PauseGate:
