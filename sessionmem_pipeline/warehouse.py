@@ -1693,15 +1693,15 @@ def keyword_search(
     stats: tuple[int, float] | None = None,
 ) -> list[tuple[str, str | None, float]]:
     """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) or `scope_keys`
-    (a query of their doc keys, without parameters) keeps; `stats` are the corpus's `corpus_stats`, which a
-    reader of a snapshot may keep (else counted here).
+    (a query of their doc keys) keeps, either with `scope_params`; `stats` are the corpus's `corpus_stats`, which
+    a reader of a snapshot may keep (else counted here).
 
     The same scores as DuckDB's fts `match_bm25`, reading only the postings of the query's terms (postings are
     sorted by term, so zone maps skip the rest, and carry their document's length) instead of scoring every row.
     Documents tied at the cut-off score may differ from a fresh build's (ties are broken by internal keys).
 
     Max-score pruning: a term in more than COMMON_TERM_SHARE of the documents adds less than idf x (k + 1) to any
-    score (together: `bound`). When the rarer query terms hold at least `limit` documents, those are scored by
+    score (together: `bound`). When the rarer query terms hold at least `limit` documents, those in scope are scored by
     the rarer terms alone first (short posting lists); only the ones within `bound` of the limit-th best of those
     can reach the top, and they alone are scored in full (the common terms' postings read for them only). When the
     last of the best `limit` of them outscores `bound`, no document holding only common terms can enter either:
@@ -1727,29 +1727,29 @@ def keyword_search(
         scope_keys = f"SELECT doc_key FROM kw_docs WHERE corpus = {_sql_literal(corpus)} AND doc_id IN ({scope})"
     in_scope = f"AND doc_key IN ({scope_keys})" if scope_keys else ""
 
-    def scores(term_ids: Sequence[int]) -> str:
-        """doc_key and its BM25 score over `term_ids`, of the documents in scope holding any of them."""
+    def scores(term_ids: Sequence[int], scoped: str = in_scope) -> str:
+        """doc_key and its BM25 score over `term_ids`, of the documents `scoped` keeps holding any of them."""
         weights = ", ".join(f"({term_id}, {idf[term_id]!r}::DOUBLE)" for term_id in term_ids)
         return f"""
             SELECT doc_key, sum((idf * tf * ({BM25_K} + 1) / {SCORE_UNIT!r}::DOUBLE
                                  / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / {float(average)!r}::DOUBLE)))::BIGINT
                                ) * {SCORE_UNIT!r}::DOUBLE AS score
             FROM kw_postings JOIN (VALUES {weights}) q(term_id, idf) USING (term_id)
-            WHERE term_id IN ({", ".join(map(str, term_ids))}) {in_scope}"""
+            WHERE term_id IN ({", ".join(map(str, term_ids))}) {scoped}"""
 
-    def best(candidates: str = "", reaching: str = "") -> list[tuple[str, str | None, float]]:
+    def best(candidates: str = in_scope, reaching: str = "") -> list[tuple[str, str | None, float]]:
         return conn.execute(
             f"""
             {reaching}
             SELECT d.doc_id, d.session_id, top.score FROM (
-                {scores(list(idf))} {candidates} GROUP BY doc_key ORDER BY score DESC, doc_key LIMIT {int(limit)}
+                {scores(list(idf), candidates)} GROUP BY doc_key ORDER BY score DESC, doc_key LIMIT {int(limit)}
             ) top JOIN kw_docs d USING (doc_key) ORDER BY top.score DESC, d.doc_id""",
-            list(scope_params) if scope else [],
+            list(scope_params),
         ).fetchall()
 
-    if common and rare_postings >= limit and not scope_keys:  # else few candidates would reach the cut: no gain
+    if common and rare_postings >= limit:  # else few candidates would reach the cut: no gain
         bound = sum(idf[t] for t in common) * (BM25_K + 1) + SCORE_SLACK
-        found = best(
+        found = best(  # the documents in reach are in scope: the full scores need not check it again
             "AND doc_key IN (SELECT doc_key FROM reaching)",
             f"""WITH by_rare AS MATERIALIZED ({scores(rare)} GROUP BY doc_key),
                 reaching AS (SELECT doc_key FROM by_rare WHERE score >= (
@@ -1757,7 +1757,7 @@ def keyword_search(
         )
         if len(found) == limit and found[-1][2] >= bound:
             return found
-    return best("")
+    return best()
 
 
 def corpus_stats(conn: duckdb.DuckDBPyConnection, corpus: str) -> tuple[int, float]:
