@@ -601,7 +601,10 @@ class SessionMemory:
         keys = self._chunk_keys()
         if keys:
             scope_keys = f"SELECT doc_key FROM {keys} WHERE chunk_row IN (SELECT c.rowid FROM chunks c WHERE {where})"
-            return self._keyword_search("chunks", query, limit=limit, scope_keys=scope_keys, scope_params=params)
+            share = self._matching(where, params) / max(1, self._embedded_count())
+            return self._keyword_search(
+                "chunks", query, limit=limit, scope_keys=scope_keys, scope_params=params, scope_share=share
+            )
         scope = f"SELECT c.chunk_id FROM chunks c WHERE {where}"
         return self._keyword_search("chunks", query, limit=limit, scope=scope, scope_params=params)
 
@@ -612,13 +615,17 @@ class SessionMemory:
         total = self._embedded_count()
         if total <= EXACT_SCAN_MAX:
             return 0
-        matching = self._per_snapshot(
-            f"matching:{where}:{params!r}",
-            lambda conn: conn.execute(f"SELECT count(*) FROM chunks c WHERE {where}", params).fetchone()[0],
-        )
+        matching = self._matching(where, params)
         if matching <= EXACT_SCAN_MAX or matching < min_share * total:
             return 0
         return min(total, math.ceil(limit * OVERFETCH * total / matching))
+
+    def _matching(self, where: str, params: list[Any]) -> int:
+        """Chunks a filter keeps, counted once per snapshot."""
+        return self._per_snapshot(
+            f"matching:{where}:{params!r}",
+            lambda conn: conn.execute(f"SELECT count(*) FROM chunks c WHERE {where}", params).fetchone()[0],
+        )
 
     def vector_ranking(self, query: str, filters: Filters, limit: int = CANDIDATES) -> dict[str, float]:
         """Chunk ids and cosine similarities to the query, best first (see `_vector_plan`)."""

@@ -1691,17 +1691,19 @@ def keyword_search(
     scope_params: Sequence[Any] = (),
     scope_keys: str | None = None,
     stats: tuple[int, float] | None = None,
+    scope_share: float = 1.0,
 ) -> list[tuple[str, str | None, float]]:
     """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) or `scope_keys`
     (a query of their doc keys) keeps, either with `scope_params`; `stats` are the corpus's `corpus_stats`, which
-    a reader of a snapshot may keep (else counted here).
+    a reader of a snapshot may keep (else counted here); `scope_share`, the share of documents in scope if the
+    caller knows it (it only decides whether pruning is worth a try).
 
     The same scores as DuckDB's fts `match_bm25`, reading only the postings of the query's terms (postings are
     sorted by term, so zone maps skip the rest, and carry their document's length) instead of scoring every row.
     Documents tied at the cut-off score may differ from a fresh build's (ties are broken by internal keys).
 
     Max-score pruning: a term in more than COMMON_TERM_SHARE of the documents adds less than idf x (k + 1) to any
-    score (together: `bound`). When the rarer query terms hold at least `limit` documents, those in scope are scored by
+    score (together: `bound`). When the rarer query terms hold at least `limit` documents in scope (by `scope_share`), those are scored by
     the rarer terms alone first (short posting lists); only the ones within `bound` of the limit-th best of those
     can reach the top, and they alone are scored in full (the common terms' postings read for them only). When the
     last of the best `limit` of them outscores `bound`, no document holding only common terms can enter either:
@@ -1747,7 +1749,7 @@ def keyword_search(
             list(scope_params),
         ).fetchall()
 
-    if common and rare_postings >= limit:  # else few candidates would reach the cut: no gain
+    if common and rare_postings * scope_share >= limit:  # else few candidates would reach the cut: no gain
         bound = sum(idf[t] for t in common) * (BM25_K + 1) + SCORE_SLACK
         found = best(  # the documents in reach are in scope: the full scores need not check it again
             "AND doc_key IN (SELECT doc_key FROM reaching)",
