@@ -138,6 +138,11 @@ known from it: the file is rebuilt (and measured). One rebuild per doubling copi
 SIZE_TABLES = ("messages", "chunks", "chunk_embeddings", "kw_postings")
 COMMON_TERM_SHARE = 0.05
 """Query terms in more documents than this share are scored only where a rarer term is (see keyword_search)."""
+SCORE_UNIT = 1e-12
+"""keyword_search adds each term's BM25 score as a whole number of these: integer sums do not depend on the order
+of their terms, so a document scores the same to the last bit whichever plan (pruned or not) read its postings."""
+SCORE_SLACK = 1e-9
+"""Added to keyword_search's score bounds (a rounded term score may pass the exact bound by half a SCORE_UNIT)."""
 KEYWORD_RESORT_SHARE = 0.1
 """Postings are stored sorted by term, so a query reads only the row groups of its terms (zone maps); rows
 appended since the last sort are read whole, and once they pass this share of all postings the table is re-sorted."""
@@ -1716,20 +1721,23 @@ def keyword_search(
     scope_params: Sequence[Any] = (),
     scope_keys: str | None = None,
     stats: tuple[int, float] | None = None,
+    scope_share: float = 1.0,
 ) -> list[tuple[str, str | None, float]]:
     """(doc_id, session_id, BM25 score) best first, of the documents `scope` (a query of doc ids) or `scope_keys`
-    (a query of their doc keys, without parameters) keeps; `stats` are the corpus's `corpus_stats`, which a
-    reader of a snapshot may keep (else counted here).
+    (a query of their doc keys) keeps, either with `scope_params`; `stats` are the corpus's `corpus_stats`, which
+    a reader of a snapshot may keep (else counted here); `scope_share`, the share of documents in scope if the
+    caller knows it (it only decides whether pruning is worth a try).
 
     The same scores as DuckDB's fts `match_bm25`, reading only the postings of the query's terms (postings are
     sorted by term, so zone maps skip the rest, and carry their document's length) instead of scoring every row.
     Documents tied at the cut-off score may differ from a fresh build's (ties are broken by internal keys).
 
-    Max-score pruning: a term in more than COMMON_TERM_SHARE of the documents adds at most idf x (k + 1) to any
-    score, so the documents holding a rarer query term are scored first (all terms counted; unscoped searches
-    whose rare terms hold at least `limit` documents); when the last of the best `limit` outscores what the
-    common terms alone could add up to, no document holding only those can enter, and their long posting lists
-    are never aggregated. Otherwise every posting is scored."""
+    Max-score pruning: a term in more than COMMON_TERM_SHARE of the documents adds less than idf x (k + 1) to any
+    score (together: `bound`). When the rarer query terms hold at least `limit` documents in scope (by `scope_share`), those are scored by
+    the rarer terms alone first (short posting lists); only the ones within `bound` of the limit-th best of those
+    can reach the top, and they alone are scored in full (the common terms' postings read for them only). When the
+    last of the best `limit` of them outscores `bound`, no document holding only common terms can enter either:
+    they are the full computation's best, with its scores. Otherwise every posting is scored."""
     # literals, not bound parameters: those skip the pushdown, and DuckDB looks for pandas for each bound value
     stems = [row[0] for row in conn.execute(
         f"SELECT DISTINCT stem(unnest({tokens_sql(_sql_literal(query.replace(chr(0), ' ')))}), 'porter')"  # NUL: a separator
@@ -1751,26 +1759,37 @@ def keyword_search(
         scope_keys = f"SELECT doc_key FROM kw_docs WHERE corpus = {_sql_literal(corpus)} AND doc_id IN ({scope})"
     in_scope = f"AND doc_key IN ({scope_keys})" if scope_keys else ""
 
-    def best(candidates: str) -> list[tuple[str, str | None, float]]:
-        weights = ", ".join(f"({term_id}, {weight!r}::DOUBLE)" for term_id, weight in idf.items())
+    def scores(term_ids: Sequence[int], scoped: str = in_scope) -> str:
+        """doc_key and its BM25 score over `term_ids`, of the documents `scoped` keeps holding any of them."""
+        weights = ", ".join(f"({term_id}, {idf[term_id]!r}::DOUBLE)" for term_id in term_ids)
+        return f"""
+            SELECT doc_key, sum((idf * tf * ({BM25_K} + 1) / {SCORE_UNIT!r}::DOUBLE
+                                 / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / {float(average)!r}::DOUBLE)))::BIGINT
+                               ) * {SCORE_UNIT!r}::DOUBLE AS score
+            FROM kw_postings JOIN (VALUES {weights}) q(term_id, idf) USING (term_id)
+            WHERE term_id IN ({", ".join(map(str, term_ids))}) {scoped}"""
+
+    def best(candidates: str = in_scope, reaching: str = "") -> list[tuple[str, str | None, float]]:
         return conn.execute(
             f"""
+            {reaching}
             SELECT d.doc_id, d.session_id, top.score FROM (
-                SELECT doc_key, sum(idf * tf * ({BM25_K} + 1)
-                                   / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / {float(average)!r}::DOUBLE))) AS score
-                FROM kw_postings JOIN (VALUES {weights}) q(term_id, idf) USING (term_id)
-                WHERE term_id IN ({", ".join(map(str, idf))}) {candidates} {in_scope}
-                GROUP BY doc_key ORDER BY score DESC, doc_key LIMIT {int(limit)}
+                {scores(list(idf), candidates)} GROUP BY doc_key ORDER BY score DESC, doc_key LIMIT {int(limit)}
             ) top JOIN kw_docs d USING (doc_key) ORDER BY top.score DESC, d.doc_id""",
-            list(scope_params) if scope else [],
+            list(scope_params),
         ).fetchall()
 
-    if common and rare_postings >= limit and not scope_keys:  # else few candidates would reach the cut: no gain
-        holding_rare = f"AND doc_key IN (SELECT doc_key FROM kw_postings WHERE term_id IN ({', '.join(map(str, rare))}))"
-        found = best(holding_rare)
-        if len(found) == limit and found[-1][2] >= sum(idf[t] for t in common) * (BM25_K + 1):
+    if common and rare_postings * scope_share >= limit:  # else few candidates would reach the cut: no gain
+        bound = sum(idf[t] for t in common) * (BM25_K + 1) + SCORE_SLACK
+        found = best(  # the documents in reach are in scope: the full scores need not check it again
+            "AND doc_key IN (SELECT doc_key FROM reaching)",
+            f"""WITH by_rare AS MATERIALIZED ({scores(rare)} GROUP BY doc_key),
+                reaching AS (SELECT doc_key FROM by_rare WHERE score >= (
+                    SELECT score FROM by_rare ORDER BY score DESC LIMIT 1 OFFSET {int(limit) - 1}) - {bound!r})""",
+        )
+        if len(found) == limit and found[-1][2] >= bound:
             return found
-    return best("")
+    return best()
 
 
 def corpus_stats(conn: duckdb.DuckDBPyConnection, corpus: str) -> tuple[int, float]:

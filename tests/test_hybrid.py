@@ -3,6 +3,7 @@ rare identifier (a code, not meaning: the embedding is weak), on one small corpu
 only match its whole keyword credit; and its planned searches return what an exact scan returns."""
 
 import json
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -155,4 +156,37 @@ def test_overfetched_bm25_matches_the_search_scoped_to_the_filter(
             scoped = keyword_search(conn, "chunks", query, limit=limit, scope=scope, scope_params=params)
             expected = [(chunk_id, score) for chunk_id, _, score in scoped]
             assert list(memory.bm25_ranking(query, chosen, limit).items()) == expected
+    memory.close()
+
+
+@pytest.mark.parametrize("filters", FILTERS[1:])
+def test_a_selective_filter_scopes_bm25_by_chunk_rows_as_by_chunk_ids(indexed_corpus, filters: dict) -> None:
+    """From a snapshot's second search on, BM25 under a selective filter finds the filter's documents through the
+    kept table of chunk rows and keys (`_chunk_keys`): the same chunks and scores as scoping by chunk ids."""
+    memory = SessionMemory(settings=indexed_corpus.settings)
+    chosen = memory._filters(**filters)
+    where, params = chosen.chunk_sql()
+    memory.search("deploy", **filters)
+    memory.search("deploy", **filters)
+    assert memory._per_snapshot("chunk keys", lambda conn: None) is not None
+    for query in ("payment retries backoff", "restore the nightly backup", "deploy"):
+        for limit in (1, 3, 150):
+            scope = f"SELECT c.chunk_id FROM chunks c WHERE {where}"
+            conn = memory._search_connection("fts")
+            scoped = keyword_search(conn, "chunks", query, limit=limit, scope=scope, scope_params=params)
+            assert list(memory.bm25_ranking(query, chosen, limit).items()) == [(c, score) for c, _, score in scoped]
+    memory.close()
+
+
+def test_a_one_off_search_naming_a_date_never_loads_the_vector_index(indexed_corpus) -> None:
+    """A date named in the query ranks a second time, inside the window: still the snapshot's first search, which
+    scans vectors exactly instead of loading vss and the HNSW index."""
+    memory = SessionMemory(settings=indexed_corpus.settings)
+    now = datetime(2026, 3, 20, 12, tzinfo=UTC)
+    _, source, _ = memory.time_window("what did we decide last week about backups", now=now)
+    assert source == "query"
+    assert memory.search("what did we decide last week about backups", now=now)
+    assert "vss" not in memory._per_snapshot("extensions", lambda conn: set())
+    memory.search("backups", now=now)
+    assert "vss" in memory._per_snapshot("extensions", lambda conn: set())
     memory.close()

@@ -137,5 +137,11 @@ def test_a_common_term_beside_a_rare_one_keeps_the_exact_best_documents(tmp_path
             _write_session(wh, f"s{session}", chunks)
         everything = keyword_search(wh.conn, "chunks", "deploy quokka", limit=1000)
         best = keyword_search(wh.conn, "chunks", "deploy quokka", limit=5)
+        best_of_one = keyword_search(wh.conn, "chunks", "deploy quokka", limit=1)
+        scoped = {"scope": "SELECT chunk_id FROM chunks WHERE session_id < 's5'", "scope_share": 0.75}  # 15 of 20
+        everything_in_scope = keyword_search(wh.conn, "chunks", "deploy quokka", limit=1000, **scoped)
+        best_in_scope = keyword_search(wh.conn, "chunks", "deploy quokka", limit=3, **scoped)
     assert len(everything) == 200  # every document holds the common term
-    assert [round(score, 9) for *_, score in best] == [round(score, 9) for *_, score in everything[:5]]
+    assert best == everything[:5]  # the same documents, order and scores, to the last bit
+    assert best_of_one == everything[:1]
+    assert len(everything_in_scope) == 150 and best_in_scope == everything_in_scope[:3]
