@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCOMO_DEV = ROOT.parent / "shared" / "bench" / "locomo-dev"
 LOCOMO_SOURCE = (
     "the LoCoMo dev split (2 conversations of data/locomo10.json of github.com/snap-research/LoCoMo, CC BY-NC 4.0, "
-    "not bundled) as session JSONL: pass --sessions DIR --queries FILE (or --bench DIR)"
+    "not bundled) as session JSONL: pass --sessions DIR --queries FILE (retrieval.py) or --bench DIR (summaries.py)"
 )
 
 
