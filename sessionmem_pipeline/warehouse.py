@@ -1733,11 +1733,12 @@ def keyword_search(
     Documents tied at the cut-off score may differ from a fresh build's (ties are broken by internal keys).
 
     Max-score pruning: a term in more than COMMON_TERM_SHARE of the documents adds less than idf x (k + 1) to any
-    score (together: `bound`). When the rarer query terms hold at least `limit` documents in scope (by `scope_share`), those are scored by
-    the rarer terms alone first (short posting lists); only the ones within `bound` of the limit-th best of those
-    can reach the top, and they alone are scored in full (the common terms' postings read for them only). When the
-    last of the best `limit` of them outscores `bound`, no document holding only common terms can enter either:
-    they are the full computation's best, with its scores. Otherwise every posting is scored."""
+    score (together: `bound`). When the rarer query terms hold at least `limit` documents in scope (by
+    `scope_share`), those are scored by the rarer terms alone first (short posting lists); only the ones within
+    `bound` of the limit-th best of those can reach the top, and they alone are scored in full (the common terms'
+    postings read for them only). When the last of the best `limit` of them outscores `bound`, no document holding
+    only common terms can enter either: they are the full computation's best, with its scores. Otherwise every
+    posting is scored."""
     # literals, not bound parameters: those skip the pushdown, and DuckDB looks for pandas for each bound value
     stems = [row[0] for row in conn.execute(
         f"SELECT DISTINCT stem(unnest({tokens_sql(_sql_literal(query.replace(chr(0), ' ')))}), 'porter')"  # NUL: a separator

@@ -6,16 +6,16 @@ output are built from redacted text; collapsing and chunking do not redact again
 - shape: provider keys with a recognisable prefix (AKIA…, sk-…, sk-ant-…, ghp_…, glpat-…, npm_…, xoxb-…,
   sk_test_…, AIza…, SG.…, hvs.…, dop_v1_…, dckr_pat_…, v1.0-…, AKCp…, A3-…, ntn_… and some seventy more,
   formats as published by the gitleaks and detect-secrets scanners; New Relic, Pixie, Jina, crates.io, TrueNAS,
-  Segment, Mandrill, Ubidots, Vertex AI express mode `AQ.Ab8R…`, Postman, Packagist), Telegram and Discord bot tokens, webhook URLs, Azure SAS signatures, PEM
-  private-key blocks (also base64-encoded once more, `LS0tLS1CRUdJTi…`) and JWTs are redacted wherever they appear;
+  Segment, Mandrill, Ubidots, Vertex AI express mode `AQ.Ab8R…`, Postman, Packagist), Telegram and Discord bot
+  tokens, webhook URLs, Azure SAS signatures, PEM private-key blocks (also base64-encoded once more, `LS0tLS1CRUdJTi…`) and JWTs are redacted wherever they appear;
   so is a key of a vendor no rule knows, by its shape: a short lower-case prefix then a random body (`tvly-…`,
   `sk-or-v1-…`), or 24 to 100 random letters of both cases and digits standing on their own (an argument, an
   operand, a list item, a line); ids with a known prefix (`toolu_…`, `cus_…`), digests, UUIDs, names, paths,
   labelled hashes (`sha256:…`), base64 media, PEM and ssh key bodies and wrapped base64 blocks stay; a value with
   a name is left to the name rules when the name has a credential word or says id, digest, nonce, signature or
-  certificate, and is redacted under any other name (a vendor's: `mistral: <key>`, `GROK_MGMT=xai-…`); a 40-character
-  secret right after its key id (`AKIA…:<secret>`, GCS HMAC `GOOG…` then the secret on the next line); and a webhook URL's path after `/hooks/` or `/webhooks/` when it holds a
-  key-like part;
+  certificate, and is redacted under any other name (a vendor's: `mistral: <key>`, `GROK_MGMT=xai-…`); a
+  40-character secret right after its key id (`AKIA…:<secret>`, GCS HMAC `GOOG…` then the secret on the next
+  line); and a webhook URL's path after `/hooks/` or `/webhooks/` when it holds a key-like part;
 - context: a value assigned to a secret-like name (`DB_PASSWORD=…`, `"api_key": "…"`, `--token …`,
   `<password>…</password>`, `db_password: str = "…"`, a YAML phrase `password: Harbor Lights 2019!`,
   `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`, make's `API_TOKEN ?= "…"`, Go's
