@@ -102,10 +102,11 @@ def kind_of(rule: dict) -> str:
     return re.sub(r"[^a-z0-9]+", "-", rule["name"].lower()).strip("-")
 
 
-def secret_spans(rule: dict, pattern: regex.Pattern, text: str) -> list[tuple[int, int]]:
+def secret_spans(rule: dict, pattern: regex.Pattern, text: str, chosen: tuple[int, ...] = ()) -> list[tuple[int, int]]:
+    """The credential's spans: the `chosen` groups, else the rule's SECRET_GROUPS, else the last group that matched."""
     spans = []
     for m in pattern.finditer(text):
-        groups = SECRET_GROUPS.get(rule["id"]) or ([max(i for i in range(1, pattern.groups + 1) if m.group(i) is not None)] if any(m.groups()) else [])
+        groups = chosen or SECRET_GROUPS.get(rule["id"]) or ([max(i for i in range(1, pattern.groups + 1) if m.group(i) is not None)] if any(m.groups()) else [])
         for group in groups:
             if m.group(group) is None:
                 continue

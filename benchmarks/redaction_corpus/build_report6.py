@@ -19,6 +19,7 @@ key-like token (build_report5's test) and look-alikes drawn with a fixed seed fr
 from __future__ import annotations
 
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -51,8 +52,42 @@ def report3_texts(noseyparker_dir: str, kingfisher_dir: str) -> set[str]:
     return texts
 
 
+# Titus names its capture groups: these names hold a credential (others name hosts, ports, users, ids, paths).
+CREDENTIAL_GROUPS = {
+    "token", "key", "secret", "webhook", "password", "client_secret", "secret_key", "api_key", "account_key",
+    "access_token", "access_key", "webhook_token", "token_secret", "session_token", "server_key", "rum_token",
+    "mws_token", "device_token", "bearer_token", "appsync_key", "application_key",
+}
+
+
 def credential_rule(rule: dict) -> bool:
-    return rule.get("visible", True) is not False and not NOT_CREDENTIALS.search(rule["name"]) and rule["id"] not in SKIPPED_RULES
+    """A rule describing a credential: not hidden, not named for an id or a host (build_report3's list has
+    `Hostname` but not `Host`), not skipped by build_report3."""
+    return (
+        rule.get("visible", True) is not False
+        and not NOT_CREDENTIALS.search(rule["name"])
+        and not re.search(r"\bHost\b", rule["name"])
+        and rule["id"] not in SKIPPED_RULES
+    )
+
+
+URL_CREDENTIALS = re.compile(r"://[^/\s:@]*:([^\s/]+)@[^@\s/]+")  # the password runs to the URL's last `@`
+USER_PASSWORD_ARGUMENT = re.compile(r"(?:-u|--user)\s+$")
+
+
+def narrowed(text: str, span: tuple[int, int]) -> tuple[int, int]:
+    """A capture holding a whole URL or a `user:password` argument narrowed to the password (the convention)."""
+    start, end = span
+    if "://" in text[start:end] and (m := URL_CREDENTIALS.search(text, start)) and m.start() < end:
+        return m.span(1)
+    if USER_PASSWORD_ARGUMENT.search(text[:start]) and ":" in text[start:end]:
+        return text.index(":", start) + 1, end
+    return span
+
+
+def credential_groups(pattern: regex.Pattern) -> tuple[int, ...]:
+    """The named groups holding the credential (a user/password/host rule marks its password, not its host)."""
+    return tuple(sorted(index for name, index in pattern.groupindex.items() if name in CREDENTIAL_GROUPS))
 
 
 def titus_examples(rules: list[dict], seen: set[str]) -> tuple[list[Example], list[str]]:
@@ -65,7 +100,8 @@ def titus_examples(rules: list[dict], seen: set[str]) -> tuple[list[Example], li
         for example in rule.get("examples") or []:
             if example.strip() in seen:
                 continue
-            if spans := secret_spans(rule, pattern, example):
+            if spans := secret_spans(rule, pattern, example, credential_groups(pattern)):
+                spans = sorted({narrowed(example, span) for span in spans})
                 examples.append((kind_of(rule), example.rstrip("\n"), spans, f"{rule['path']} ({rule['id']})"))
         for negative in rule.get("negative_examples") or []:
             if negative.strip() not in seen:
