@@ -72,14 +72,18 @@ def credential_rule(rule: dict) -> bool:
 
 
 URL_CREDENTIALS = re.compile(r"://[^/\s:@]*:([^\s/]+)@[^@\s/]+")  # the password runs to the URL's last `@`
+WEBHOOK_PATH = re.compile(r"https?://[^/\s]+/(?:hooks|webhooks?)/(\S+)")  # a webhook URL: its path is the secret
 USER_PASSWORD_ARGUMENT = re.compile(r"(?:-u|--user)\s+$")
 
 
 def narrowed(text: str, span: tuple[int, int]) -> tuple[int, int]:
-    """A capture holding a whole URL or a `user:password` argument narrowed to the password (the convention)."""
+    """A capture holding a whole URL or a `user:password` argument narrowed to the password, a webhook URL to its
+    path (the convention)."""
     start, end = span
     if "://" in text[start:end] and (m := URL_CREDENTIALS.search(text, start)) and m.start() < end:
         return m.span(1)
+    if m := WEBHOOK_PATH.match(text, start, end):
+        return m.start(1), end
     if USER_PASSWORD_ARGUMENT.search(text[:start]) and ":" in text[start:end]:
         return text.index(":", start) + 1, end
     return span
