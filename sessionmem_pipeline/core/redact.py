@@ -77,7 +77,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "9"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "10"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -179,6 +179,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("gcp-express-key", r"\bAQ\.Ab8R[A-Za-z0-9_-]{20,200}"),  # Vertex AI express mode (osv-scalibr's Veles format)
     ("postman-token", r"\bPMAK-[0-9a-f]{24}-[0-9a-f]{34}\b|\bPMAT-[0-9A-Z]{26}"),  # API keys, collection tokens
     ("packagist-token", r"\bpackagist_[a-z]{3}_[0-9a-f]{28,128}"),  # `ack_` API keys, `acs_` secrets, user tokens
+    ("live-key", r"\b[a-z]{2,8}_(?:live|test)_[A-Za-z0-9]{14,64}\b"),  # a vendor's live or test key: `rzp_live_…`
 )
 
 SECRET_KINDS = tuple(
@@ -277,12 +278,44 @@ _DOCUMENTED_EXAMPLES = frozenset(  # published in vendors' docs, so not anyone's
 
 
 def _is_filler(token: str) -> bool:
-    """`glpat-xxxxxxxxxxxxxxxxxxxx`, `AKIAXXXXXXXXXXXXXXXX`: one character repeated over half the token."""
+    """`glpat-xxxxxxxxxxxxxxxxxxxx`, `AKIAXXXXXXXXXXXXXXXX`: one character repeated over half the token;
+    `glc_EXAMPLETESTTESTTEST…`: a short chunk repeated over half of it; or only a few distinct characters."""
     longest = run = 0
     for index, char in enumerate(token):
         run = run + 1 if index and char == token[index - 1] else 1
         longest = max(longest, run)
-    return longest * 2 >= len(token)
+    if longest * 2 >= len(token):
+        return True
+    if len(token) >= _FEW_CHARACTERS_FROM and len(set(token)) <= _FEW_CHARACTERS:
+        return True  # `aaaaaaaaaa1111111111bbbbbbbbbb…`: a few characters in long runs
+    repeated = _REPEATED_CHUNK.search(token)
+    return bool(repeated) and (repeated.end() - repeated.start()) * 2 >= len(token)
+
+
+_FEW_CHARACTERS, _FEW_CHARACTERS_FROM = 4, 20  # 20 random hex digits have four or fewer distinct ones ~never
+
+
+_REPEATED_CHUNK = re.compile(r"(.{2,8}?)\1{3,}")
+_FILLER_PARTS = re.compile(r"[a-z]+|[0-9]+")
+
+
+def _is_typed_filler(value: str) -> bool:
+    """`abcdef1234`, `abc123`, `test1234`, `abcd-1234`, `123456789`: a short value typed out in order (runs up the
+    alphabet or the digits, one character repeated) and placeholder words; a random value of any length has no
+    such parts (`_is_alphabet` judges long ones by their share of runs)."""
+    if not _FILLER_VALUE.fullmatch(value):
+        return False
+    parts = _FILLER_PARTS.findall(value.lower())
+    runs = [part for part in parts if _is_typed_run(part)]
+    return bool(runs) and sum(map(len, parts)) >= 6 and all(part in runs or _VALUE_WORD.match(part) for part in parts)
+
+
+_FILLER_VALUE = re.compile(r"[A-Za-z0-9]+(?:[-_.][A-Za-z0-9]+){0,3}")
+
+
+def _is_typed_run(part: str) -> bool:
+    """`abc`, `1234`, `0000`: three or more characters, each the one before it or the next one up."""
+    return len(part) >= 3 and all(ord(b) - ord(a) in (0, 1) for a, b in zip(part, part[1:]))
 
 
 def _is_alphabet(token: str) -> bool:
@@ -354,8 +387,9 @@ def _is_blank(value: str) -> bool:
     return (
         len(value) < 3  # `SavePassword=1`
         or value in _DOCUMENTED_EXAMPLES
-        or (len(value) >= 8 and _is_filler(value))
+        or (len(value) >= 8 and _is_filler(_SEPARATORS.sub("", value)))  # `00000000-0000-…`: a zero UUID
         or _is_alphabet(value)
+        or _is_typed_filler(value)
         or value.startswith("[REDACTED")
         or _is_reference(value)
         or bool(_VALUE_CODE.search(value))
@@ -655,7 +689,7 @@ def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
         return any(c.isupper() for c in token)
     if kind in ("truenas-key", "mandrill-key", "cratesio-token"):  # random mixed case, not a hex digest or a word
         return _has_letter_and_digit(m) and any(c.isupper() for c in token[3:]) and any(c.islower() for c in token[3:])
-    if kind in (KIND_OPENAI, "octopus-key", "discord-token", "telegram-token", "onepassword-secret-key", "maxmind-key"):
+    if kind in (KIND_OPENAI, "octopus-key", "discord-token", "telegram-token", "onepassword-secret-key", "maxmind-key", "live-key"):
         return _has_letter_and_digit(m)
     if kind == KIND_SLACK:  # not `xoxp-1234567890` nor a prefix whose secret part is `####`
         return not token.endswith("-") and any(c.isalpha() for c in token[5:])
@@ -695,6 +729,7 @@ _TOKEN_TRIGGERS = {  # a literal part of every token of the kind, for patterns w
     "huggingface-token": "hf_|api_org_",
     "twitter-bearer": "a" * 22,
     "lob-key": "live_|test_",
+    "live-key": "_live_|_test_",
     "plaid-token": "-sandbox-|-development-|-production-",
     "harness-pat": r"at\.",
     "mapbox-token": r"k\.",
@@ -923,8 +958,12 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         following = m.string[m.end() : m.end() + 1]
         if _looks_like_code(value, following) and not _is_yaml_literal(m) and not _is_random_identifier(value):
             return False  # a variable (`refresh_token_v2`), unless it is as random as a key: `kucoinToken = x7k2_p9q…`
-    if strength == _WEAK:  # not `key = "datasets/2019/part-0.parquet"`
+    if strength == _WEAK:  # not `key = "datasets/2019/part-0.parquet"`, nor `cache key: v2-deps-<hex>`
+        if _names_data_key(m.string, m.start()):
+            return False
         return "/" not in value and (_looks_random(value) or _is_vendor_hex_key(name, value))
+    if _is_short_word(name, value):
+        return False
     if _is_password_name(name) and (group == "v_bare" or env_style):
         return True  # a .env or shell password may be a phrase: `KEYSTORE_PASSWORD='my secret pass 9'`
     if group == "v_bare" and env_style:
@@ -934,6 +973,19 @@ def _accept_assignment(m: re.Match[str]) -> bool:
 
 
 
+def _names_data_key(text: str, start: int) -> bool:
+    """`cache key: …`, `sort key = …`: the word before a bare `key` says digest or id."""
+    before = _WORD_BEFORE.search(text, max(0, start - 40), start)
+    return bool(before) and before.group(1).lower() in _NOT_KEY_QUALIFIERS
+
+
+def _is_short_word(name: str, value: str) -> bool:
+    """`API_TOKEN=short`: a word of a few letters under a key or token name is a stand-in (keys and tokens are
+    longer and have digits); under a password or secret name it may be the (weak) password."""
+    return len(value) < _KEY_SHORTEST and value.isalpha() and not _is_password_name(name) and not _is_secret_name(name)
+
+
+_KEY_SHORTEST = 8
 _VENDOR_HEX_SHORTEST = 20  # `clay_key = <20 hex>`: vendors' hex keys run from 20 digits (a short git SHA has 7 to 12)
 
 
@@ -948,7 +1000,7 @@ def _is_vendor_hex_key(name: str, value: str) -> bool:
     if not parts or not parts[-1].endswith("key"):
         return False
     qualifier = parts[-1][:-3] or (parts[-2] if len(parts) > 1 else "")
-    return len(qualifier) >= _VENDOR_NAME_SHORTEST and qualifier.isalpha() and qualifier not in _DIGEST_KEY_QUALIFIERS
+    return _is_vendor_word(qualifier) and qualifier not in _DIGEST_KEY_QUALIFIERS
 
 
 def _is_named_credential(name: str, value: str) -> bool:
@@ -997,8 +1049,14 @@ def _first_group(m: re.Match[str], *groups: str) -> str:
 
 def _is_password_slot(user: str, value: str) -> bool:
     """The password of `user:PASS` in a URL or `curl -u`: any literal counts, even the word `password`; blanks
-    (`<user:password>`, `$USER:$TOKEN`, `****`) and a default equal to the user (`guest:guest`) do not."""
+    (`<user:password>`, `$USER:$TOKEN`, `****`), a default equal to the user (`guest:guest`) and the documented
+    pair of two placeholder words (`user:password`, `user:secret`) do not."""
+    if user.lower() in _PLACEHOLDER_USERS and _VALUE_WORD.match(value):
+        return False
     return not _is_blank(value) and not _is_blank(f"{user}:{value}") and value != user
+
+
+_PLACEHOLDER_USERS = frozenset({"user", "usr"})
 
 
 def _is_command_password(user: str, value: str) -> bool:
@@ -1115,8 +1173,36 @@ def _is_prefixed_credential(m: re.Match[str]) -> bool:
         return False
     body = m.group("body")
     if _HEX_OR_UUID.match(re.sub(r"[_-]", "", body)) or _HEX_OR_UUID.match(body):
-        return len(body) >= 32 and any(part in _CREDENTIAL_PREFIX_PARTS for part in parts)
+        if any(part in _CREDENTIAL_PREFIX_PARTS for part in parts):
+            return len(body) >= _PREFIXED_HEX_SHORTEST
+        hex_digits = re.sub(r"[_-]", "", body)
+        return (  # `bkua_<40 hex>`, `cr-<58 hex>`; not `glpaa-aaaa…` nor `xoxb-0000…`
+            len(body) >= _HEX_KEY_SHORTEST
+            and _is_vendor_prefix(parts[0])
+            and not _is_filler(hex_digits)
+            and any(c.isdigit() for c in hex_digits)
+            and any(c.isalpha() for c in hex_digits)
+        )
     return _is_random_body(body)
+
+
+_PREFIXED_HEX_SHORTEST = 24  # `key_<28 hex>`: after a credential word a shorter hex body is still a key
+
+
+def _is_vendor_prefix(word: str) -> bool:
+    """`bkua`, `zpka`, `cr`, `live`: a vendor's short key prefix, not a word naming data (`deps`, `git`, `sha`)."""
+    return (
+        word.isalpha()
+        and 2 <= len(word) <= 5
+        and word not in _DATA_NAME_PARTS
+        and word not in _HEX_DATA_WORDS
+    )
+
+
+_HEX_DATA_WORDS = frozenset(  # words before a hex run that is a digest or an id, beside `_DATA_NAME_PARTS`
+    "git hg svn pr ci rc br mr deps dep pkg npm tmp temp tree head base parent obj blob lock snap sum crc hex key "
+    "shasum md5sum sha1sum sha256sum sha512sum release build run job task node event trace span asset chunk part".split()
+)
 
 
 _NAME_BEFORE = re.compile(r"([A-Za-z_][\w.-]{0,60})[\"'`]?[ \t]*(?::{1,2}|=>?|:=|->)[ \t]*[\"'`]?[ \t]*$")
@@ -1182,6 +1268,19 @@ def _is_webhook_secret(part: str) -> bool:
     )
 
 
+def _accept_webhook_path(m: re.Match[str]) -> bool:
+    parts = m.group("path").split("/")
+    if any(_is_webhook_secret(part) for part in parts):
+        return True
+    host = m.group("host").lower()
+    return host.startswith(("hooks.", "webhooks.")) and "example" not in host and any(_is_hook_id(part) for part in parts)
+
+
+def _is_hook_id(part: str) -> bool:
+    """`3ouwv7m`: a short hook id (letters and digits) on a webhook host is the URL's secret."""
+    return len(part) >= 5 and part.isalnum() and any(c.isdigit() for c in part) and any(c.isalpha() for c in part)
+
+
 _HEX_NUMBER = re.compile(r"0[xX][0-9A-Fa-f]+")
 
 
@@ -1204,7 +1303,40 @@ def _has_token_shape(value: str) -> bool:
 
 
 def _accept_shaped_token(m: re.Match[str]) -> bool:
-    return _has_token_shape(m.group("value")) and _stands_alone(m.string, m.start("value"), m.end("value"))
+    start, end = m.span("value")
+    shaped = _has_token_shape(m.group("value")) or _is_vendor_named_hex(m.string, start, end)
+    return shaped and _stands_alone(m.string, start, end)
+
+
+def _is_vendor_named_hex(text: str, start: int, end: int) -> bool:
+    """`assemblyai = <32 hex>`, `ai21: <uuid>`, `deepgram-api: <40 hex>`: a hex or UUID key right after a vendor's
+    name (a word that names no data: not `commit`, `sha256`, `etag`, `release`); hex alone is a digest or an id."""
+    value = text[start:end]
+    if not (_HEX_KEY_SHORTEST <= len(value) <= 64 and _HEX_OR_UUID.match(value)):
+        return False
+    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+        return False
+    named = _NAME_BEFORE.search(text, max(0, start - 80), start)
+    if not named or "\n" in named.group(0):
+        return False
+    parts = _name_parts(named.group(1))
+    if len(value) in _DIGEST_LENGTHS and not _KEY_PARTS & set(parts):
+        return False  # `SRCREV_moby = <40 hex>`: a commit; `deepgram-api: <40 hex>` names a key
+    return (
+        bool(parts)
+        and _is_vendor_word(parts[0])
+        and not _is_filler(value)
+        and not any(part in _DATA_NAME_PARTS or part in _HEX_DATA_WORDS for part in parts)
+    )
+
+
+_DIGEST_LENGTHS = (40, 64)  # SHA-1 (git commits) and SHA-256 in hex
+_KEY_PARTS = frozenset({"api", "auth", "apikey"})
+
+
+def _is_vendor_word(word: str) -> bool:
+    """`deepgram`, `ai21`, `assemblyai`: four or more letters and digits, mostly letters."""
+    return len(word) >= _VENDOR_NAME_SHORTEST and word.isalnum() and sum(c.isalpha() for c in word) >= 3
 
 
 _RULES: tuple[_Rule, ...] = (
@@ -1264,18 +1396,19 @@ _RULES: tuple[_Rule, ...] = (
         ("slack", "discord", "teams", "teams_old"),
         trigger=_trigger(r"hooks\.slack|discord|webhook\.office|outlook\.office"),
     ),
-    _Rule(  # any other webhook URL: the path after `/hooks/` or `/webhooks/` when a part of it is as random as a key
+    _Rule(  # any other webhook URL: the path after `/hooks/` or `/webhooks/` when a part of it is as random as a key,
+        # or on a host made for webhooks (`hooks.zapier.com/hooks/catch/<account>/<hook>/`) when a part is an id
         KIND_WEBHOOK,
-        re.compile(r"://[^\s/\"'<>]{1,100}/(?:[^\s/\"'<>?#]{1,100}/){0,4}(?:web)?hooks/(?P<path>[^\s\"'<>?#]{16,400})"),
+        re.compile(r"://(?P<host>[^\s/\"'<>]{1,100})/(?:[^\s/\"'<>?#]{1,100}/){0,4}(?:web)?hooks/(?P<path>[^\s\"'<>?#]{16,400})"),
         ("path",),
-        lambda m: any(_is_webhook_secret(part) for part in m.group("path").split("/")),
+        _accept_webhook_path,
         _trigger("hooks/"),
     ),
     _Rule(KIND_JWT, re.compile(r"\beyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,8192}"), trigger=_trigger("eyj")),
-    _Rule(  # scheme://user:PASS@host keeps user and host
+    _Rule(  # scheme://user:PASS@host keeps user and host; the password runs to the last `@` (`m42p!o@2wd@host`)
         KIND_PASSWORD,
         re.compile(
-            r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://(?P<user>[^\s:/@'\"<>]{0,256}):(?P<value>[^\s@/'\"<>]{1,256})@(?=[\w.\[-])"
+            r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://(?P<user>[^\s:/@'\"<>]{0,256}):(?P<value>[^\s/'\"<>]{1,256})@(?=[\w.\[-])"
         ),
         ("value",),
         lambda m: _is_password_slot(m.group("user"), m.group("value")),
@@ -1633,6 +1766,17 @@ _RULES: tuple[_Rule, ...] = (
         ("value",),
         trigger=_trigger("softlayer"),
     ),
+    _Rule(  # Travis CI's encrypted variable `secure: "<base64>"`; `aws ssm put-parameter --type SecureString --value …`
+        KIND_PASSWORD,
+        re.compile(
+            r"(?<![\w-])secure[\"']?[ \t]*:[ \t]*[\"']?(?P<travis>[A-Za-z0-9+/=\\]{40,4000})"
+            r"|(?i:--type)[ \t]+SecureString\b[^\n|;&]{0,200}?[ \t]--value[ \t=]+" + _SHELL_WORD
+            + r"|(?i:--value)[ \t=]+" + _SHELL_WORD.replace("?P<", "?P<v_") + r"(?=[^\n|;&]{0,200}?[ \t]--type[ \t]+SecureString\b)"
+        ),
+        ("travis", "dq", "sq", "bare", "v_dq", "v_sq", "v_bare"),
+        lambda m: not _is_excluded_value(m.group(m.lastgroup) if m.lastgroup else ""),
+        _trigger("secure"),
+    ),
     _Rule(  # fish: set -x API_TOKEN value
         KIND_PASSWORD,
         re.compile(r"\bset[ \t]+-[gxuU]{1,3}[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]{0,80})[ \t]+[\"']?(?P<value>[^\s\"']{1,400})"),
@@ -1656,7 +1800,7 @@ _RULES: tuple[_Rule, ...] = (
             r"(?<![A-Za-z0-9_])"
             r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key|pat(?![A-Za-z0-9])))"  # cheap pre-filter on the name
             r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?|\])?"  # `"key": `, `["KEY"] = `, `[key]:`
-            r"(?:[ \t]*:[ \t]*[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=])"  # a type: `password: str = `
+            r"(?:[ \t]*:[ \t]*&?(?:'static[ \t]+)?[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=])"  # a type: `password: str = `, Rust's `&str`
             r"|[ \t]+(?:string|String|str|\[\]byte)(?=[ \t]*=[^=]))?"  # Go: `var apiToken string = `
             r"(?P<sp1>[ \t]*)(?P<sep>:{1,3}=|[?+.]=|=>|=(?![=~])|::(?![:=])|:(?![:/=])|,)(?P<sp2>[ \t]*)"  # make's `::=`, `?=`
             + _QUOTED_VALUE
