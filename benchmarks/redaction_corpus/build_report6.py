@@ -73,17 +73,20 @@ def credential_rule(rule: dict) -> bool:
 
 URL_CREDENTIALS = re.compile(r"://[^/\s:@]*:([^\s/]+)@[^@\s/]+")  # the password runs to the URL's last `@`
 WEBHOOK_PATH = re.compile(r"https?://[^/\s]+/(?:hooks|webhooks?)/(\S+)")  # a webhook URL: its path is the secret
+NAMED_CAPTURE = re.compile(r"[A-Za-z_]\w*[ \t]*:[ \t]+[\"']")  # `secure: "<value>`: the name is not the credential
 USER_PASSWORD_ARGUMENT = re.compile(r"(?:-u|--user)\s+$")
 
 
 def narrowed(text: str, span: tuple[int, int]) -> tuple[int, int]:
     """A capture holding a whole URL or a `user:password` argument narrowed to the password, a webhook URL to its
-    path (the convention)."""
+    path, a `name: "value` to the value (the convention)."""
     start, end = span
     if "://" in text[start:end] and (m := URL_CREDENTIALS.search(text, start)) and m.start() < end:
         return m.span(1)
     if m := WEBHOOK_PATH.match(text, start, end):
         return m.start(1), end
+    if m := NAMED_CAPTURE.match(text, start, end):
+        return m.end(), end
     if USER_PASSWORD_ARGUMENT.search(text[:start]) and ":" in text[start:end]:
         return text.index(":", start) + 1, end
     return span
