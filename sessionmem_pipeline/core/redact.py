@@ -407,8 +407,10 @@ def _is_excluded_value(value: str) -> bool:
 
 def _looks_random(value: str) -> bool:
     """A token-like value: long, no spaces, letters and digits, high character entropy; not a hex digest or UUID."""
-    if len(value) < 16 or not _TOKEN_CHARS.fullmatch(value) or _HEX_OR_UUID.match(value) or _DOTTED.fullmatch(value):
-        return False  # `jetbrains.mps.v8_elimination`: a dotted name
+    if len(value) < 16 or not _TOKEN_CHARS.fullmatch(value) or _HEX_OR_UUID.match(value):
+        return False
+    if _DOTTED.fullmatch(value) and not any(_looks_random(part) for part in value.split(".")):
+        return False  # `jetbrains.mps.v8_elimination`: a dotted name; `WSsDXzCD.uOcxAp7k…`: a key id and its secret
     has_digit = any(c.isdigit() for c in value)
     has_alpha = any(c.isalpha() for c in value)
     if not (has_digit and has_alpha):
@@ -845,6 +847,17 @@ def _looks_like_key(value: str) -> bool:
 _HEX_KEY_SHORTEST = 32
 
 
+def _is_hex_key(value: str) -> bool:
+    """32 to 64 hex digits, letters and digits both, not filler (a UUID, with its dashes, is an id)."""
+    return (
+        _HEX_KEY_SHORTEST <= len(value) <= 64
+        and all(c in string.hexdigits for c in value)
+        and any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+        and not _is_filler(value)
+    )
+
+
 _ANNOTATED = re.compile(r"[A-Za-z_][\w.\[\]|, ]{0,80}?[ \t]=")  # `password: str = Field(...)`: Python, not YAML
 
 
@@ -958,10 +971,13 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         following = m.string[m.end() : m.end() + 1]
         if _looks_like_code(value, following) and not _is_yaml_literal(m) and not _is_random_identifier(value):
             return False  # a variable (`refresh_token_v2`), unless it is as random as a key: `kucoinToken = x7k2_p9q…`
-    if strength == _WEAK:  # not `key = "datasets/2019/part-0.parquet"`, nor `cache key: v2-deps-<hex>`
-        if _names_data_key(m.string, m.start()):
-            return False
-        return "/" not in value and (_looks_random(value) or _is_vendor_hex_key(name, value))
+    if strength == _WEAK:  # not `key = "datasets/2019/part-0.parquet"`
+        qualifier = _word_before(m.string, m.start())
+        if qualifier in _NOT_KEY_QUALIFIERS:
+            return False  # `cache key: v2-deps-<hex>`
+        if qualifier not in _KEY_QUALIFIERS:  # `api key: <hex>` is as strong as `api_key`
+            vendor_name = f"{qualifier}_{name}" if qualifier else name  # `clay key: <20 hex>`
+            return "/" not in value and (_looks_random(value) or _is_vendor_hex_key(vendor_name, value))
     if _is_short_word(name, value):
         return False
     if _is_password_name(name) and (group == "v_bare" or env_style):
@@ -973,10 +989,11 @@ def _accept_assignment(m: re.Match[str]) -> bool:
 
 
 
-def _names_data_key(text: str, start: int) -> bool:
-    """`cache key: …`, `sort key = …`: the word before a bare `key` says digest or id."""
-    before = _WORD_BEFORE.search(text, max(0, start - 40), start)
-    return bool(before) and before.group(1).lower() in _NOT_KEY_QUALIFIERS
+def _word_before(text: str, start: int) -> str:
+    """The word before a name on its line (`cache` of `cache key: …`), lower-cased; empty if none."""
+    line_start = text.rfind("\n", max(0, start - 40), start) + 1
+    before = _WORD_BEFORE.search(text, max(line_start, start - 40), start)
+    return before.group(1).lower() if before else ""
 
 
 def _is_short_word(name: str, value: str) -> bool:
@@ -1335,8 +1352,8 @@ _KEY_PARTS = frozenset({"api", "auth", "apikey"})
 
 
 def _is_vendor_word(word: str) -> bool:
-    """`deepgram`, `ai21`, `assemblyai`: four or more letters and digits, mostly letters."""
-    return len(word) >= _VENDOR_NAME_SHORTEST and word.isalnum() and sum(c.isalpha() for c in word) >= 3
+    """`deepgram`, `ai21`, `assemblyai`: four or more letters and digits, at least half of them letters."""
+    return len(word) >= _VENDOR_NAME_SHORTEST and word.isalnum() and sum(c.isalpha() for c in word) * 2 >= len(word)
 
 
 _RULES: tuple[_Rule, ...] = (
@@ -1403,6 +1420,13 @@ _RULES: tuple[_Rule, ...] = (
         ("path",),
         _accept_webhook_path,
         _trigger("hooks/"),
+    ),
+    _Rule(  # a key in an API URL's path: `https://eth-mainnet.alchemyapi.io/v2/<key>`, `…infura.io/v3/<32 hex>`
+        KIND_PASSWORD,
+        re.compile(r"://[\w.-]{1,100}(?::\d{1,5})?/v\d{1,2}/(?P<value>[A-Za-z0-9_-]{32,64})(?![\w-])(?!/)"),
+        ("value",),
+        lambda m: _looks_random(m.group("value")) or _is_hex_key(m.group("value")),
+        _trigger("/v[0-9]"),
     ),
     _Rule(KIND_JWT, re.compile(r"\beyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,8192}"), trigger=_trigger("eyj")),
     _Rule(  # scheme://user:PASS@host keeps user and host; the password runs to the last `@` (`m42p!o@2wd@host`)
@@ -1665,7 +1689,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(
             r"(?i)\b(?:token|secret|credentials?|api[ _-]?key|access[ _-]?key|secret[ _-]?key|key)\b"
-            r"(?:[ \t]+(?:for|of|to|on)[ \t]+[^\n:=]{1,40}?[ \t]+(?:is|was)|[ \t]+(?:is|was)(?:[ \t]+now)?)"
+            r"(?:[ \t]+(?:for|of|to|on|in|at|from)[ \t]+[^\n:=]{1,40}?[ \t]+(?:is|was)|[ \t]+(?:is|was)(?:[ \t]+now)?)"
             r"[ \t]+[\"'`]?"
             r"(?P<value>[A-Za-z0-9+/=_.~-]{15,400}[A-Za-z0-9=_~-])"
         ),
