@@ -817,9 +817,10 @@ def _accept_prose_password_value(value: str) -> bool:
 
 
 def _accept_prose_token(m: re.Match[str]) -> bool:
-    """`the Zendesk API token is fCh95aMw…`: a value as random as a key (`the token is expired` is a sentence)."""
+    """`the Zendesk API token is fCh95aMw…`: a value as random as a key (`the token is expired` is a sentence;
+    `the cache key … is v3-<hex>` names a digest)."""
     value = m.group("value")
-    if _is_excluded_value(value):
+    if _is_excluded_value(value) or _word_before(m.string, m.start()) in _NOT_KEY_QUALIFIERS or _is_labelled_hex(value):
         return False
     return _looks_like_key(value)
 
@@ -959,7 +960,8 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         return False  # `dop_v1_<your-token>`: the start of a template, not a value
     sep = m.group("sep")
     if group == "v_bare" and sep in (":", "::") and (not m.group("sp2") or (sep == ":" and m.group("sp1") and not m.group("kq"))):
-        return False  # `Pass :meth:`, `input:TokenStream`, `token::Kind`: not a key-value pair
+        if not (m.group("sp1") and m.group("sp2") and _looks_random(value)):
+            return False  # `Pass :meth:`, `input:TokenStream`, `token::Kind`: not a key-value pair (`key : <random>` is)
     if sep == "," and (group != "v_bare" or m.group("sp1") or m.group("sp2") or not _looks_random(value)):
         return False  # a CSV row `fooToken,<random>,` and nothing else: `f(token, other)`
     if group == "v_bare" and _is_yaml_tag(m):
@@ -977,7 +979,9 @@ def _accept_assignment(m: re.Match[str]) -> bool:
             return False  # `cache key: v2-deps-<hex>`
         if qualifier not in _KEY_QUALIFIERS:  # `api key: <hex>` is as strong as `api_key`
             vendor_name = f"{qualifier}_{name}" if qualifier else name  # `clay key: <20 hex>`
-            return "/" not in value and (_looks_random(value) or _is_vendor_hex_key(vendor_name, value))
+            if "/" in value or _is_labelled_hex(value):
+                return False  # `key: deps-<hex>`: a cache key
+            return _looks_random(value) or _is_vendor_hex_key(vendor_name, value)
     if _is_short_word(name, value):
         return False
     if _is_password_name(name) and (group == "v_bare" or env_style):
@@ -987,6 +991,20 @@ def _accept_assignment(m: re.Match[str]) -> bool:
     return _is_named_credential(name, value)
 
 
+
+
+def _is_labelled_hex(value: str) -> bool:
+    """`node-modules-<hex>`, `v3-<hex>`: words or a version, then a hex digest; a cache key, not a credential."""
+    *labels, digest = re.split(r"[-_.:]", value)
+    return (
+        bool(labels)
+        and len(digest) >= 7
+        and all(c in string.hexdigits for c in digest)
+        and all(_LABEL.fullmatch(label) for label in labels)
+    )
+
+
+_LABEL = re.compile(r"[a-z]{2,}|v\d{1,3}")
 
 
 def _word_before(text: str, start: int) -> str:
