@@ -280,22 +280,30 @@ _DOCUMENTED_EXAMPLES = frozenset(  # published in vendors' docs, so not anyone's
 def _is_filler(token: str) -> bool:
     """`glpat-xxxxxxxxxxxxxxxxxxxx`, `AKIAXXXXXXXXXXXXXXXX`: one character repeated over half the token;
     `glc_EXAMPLETESTTESTTEST…`: a short chunk repeated over half of it; or only a few distinct characters."""
+    characters = set(token)
+    if len(token) >= _FEW_CHARACTERS_FROM and len(characters) <= _FEW_CHARACTERS:
+        return True  # `aaaaaaaaaa1111111111bbbbbbbbbb…`: a few characters in long runs
+    if max((token.count(c) for c in characters), default=0) * 2 >= len(token) and _longest_run(token) * 2 >= len(token):
+        return True  # (counting first: a run over half the token needs a character that often)
+    if len(characters) > len(token) // 2 + _CHUNK_LONGEST:
+        return False  # a chunk repeated over half the token leaves fewer distinct characters
+    repeated = _REPEATED_CHUNK.search(token)
+    return bool(repeated) and (repeated.end() - repeated.start()) * 2 >= len(token)
+
+
+def _longest_run(token: str) -> int:
     longest = run = 0
     for index, char in enumerate(token):
         run = run + 1 if index and char == token[index - 1] else 1
         longest = max(longest, run)
-    if longest * 2 >= len(token):
-        return True
-    if len(token) >= _FEW_CHARACTERS_FROM and len(set(token)) <= _FEW_CHARACTERS:
-        return True  # `aaaaaaaaaa1111111111bbbbbbbbbb…`: a few characters in long runs
-    repeated = _REPEATED_CHUNK.search(token)
-    return bool(repeated) and (repeated.end() - repeated.start()) * 2 >= len(token)
+    return longest
 
 
 _FEW_CHARACTERS, _FEW_CHARACTERS_FROM = 4, 20  # 20 random hex digits have four or fewer distinct ones ~never
 
 
-_REPEATED_CHUNK = re.compile(r"(.{2,8}?)\1{3,}")
+_CHUNK_LONGEST = 8
+_REPEATED_CHUNK = re.compile(r"(.{2,%d}?)\1{3,}" % _CHUNK_LONGEST)
 _FILLER_PARTS = re.compile(r"[a-z]+|[0-9]+")
 
 
