@@ -1180,7 +1180,7 @@ _DATA_BASE64 = (  # base64 of images, fonts, PDFs, XML and JSON (`eyJ` is `{"`; 
     "iVBORw0KGgo", "R0lGOD", "PHN2Zy", "PD94bWwg", "d09GMg", "d09GRg", "UklGR", "AAAA", "Qk0", "SUkq", "JVBERi0", "eyJ",
 )
 _PLACEHOLDER_PREFIXES = frozenset("foo bar baz qux test dummy fake example sample my your demo".split())
-_PLACEHOLDER_AT_END = re.compile(r"\[REDACTED:[a-z0-9-]+\]$")
+_PLACEHOLDER_AT_END = re.compile(r"\[REDACTED:[a-z0-9-]+\][ \t]*$")  # also after blanks: `name=[REDACTED:…] <value>`
 _PEM_BLOCK_LONGEST = 16_000  # a certificate or key block: the private key rule reads 12,000 characters
 _NOT_PEM_BODY = re.compile(r"[^A-Za-z0-9+/=\s\\:,-]")  # ends the body of a block cut short, as the private key rule reads it
 _DATA_BEFORE = ("base64,", "ssh-rsa ", "ssh-ed25519 ", "$", "}", "@")  # media, ssh keys, `$6$salt$HASH`, `{SSHA}…`, `pkg@…`
