@@ -968,8 +968,10 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         return False  # `dop_v1_<your-token>`: the start of a template, not a value
     sep = m.group("sep")
     if group == "v_bare" and sep in (":", "::") and (not m.group("sp2") or (sep == ":" and m.group("sp1") and not m.group("kq"))):
-        if not (m.group("sp1") and m.group("sp2") and _looks_random(value)):
-            return False  # `Pass :meth:`, `input:TokenStream`, `token::Kind`: not a key-value pair (`key : <random>` is)
+        dotted = "." in name or m.string[m.start() - 1 : m.start()] == "."
+        tight_dotted = dotted and not m.group("sp1") and not m.group("sp2")  # `io.jsonwebtoken:jjwt-api…`
+        if sep == "::" or tight_dotted or not _looks_random(value):
+            return False  # `Pass :meth:`, `input:TokenStream`, `token::Kind`: not a key-value pair (`key:<random>` is)
     if sep == "," and (group != "v_bare" or m.group("sp1") or m.group("sp2") or not _looks_random(value)):
         return False  # a CSV row `fooToken,<random>,` and nothing else: `f(token, other)`
     if group == "v_bare" and _is_yaml_tag(m):
