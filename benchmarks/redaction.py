@@ -1,8 +1,10 @@
 """Secret redaction quality: catch rate per kind of secret, false positives per kind of clean look-alike.
 
-    python benchmarks/redaction.py                # per-kind tables on each report half (report6 first: the
+    python benchmarks/redaction.py                # per-kind tables on each report half (report7 first: the
                                                   # headline), a line for the tuning side, its misses and false
                                                   # positives
+    python benchmarks/redaction.py --baseline main  # also the rules at a git revision, side by side: each half's
+                                                  # totals, the headline's kinds, redact() CPU seconds per MB
     python benchmarks/redaction.py --show-misses  # also the report halves' misses and false positives
     python benchmarks/redaction.py --json         # the figures as JSON (tests/test_redact.py reads this)
 
@@ -10,12 +12,12 @@ The report halves' failing lines stay hidden unless asked for, so that reading r
 
 The corpus (benchmarks/redaction_corpus/, provenance in its README) has folders with the same layout: the report
 halves, taken from the published examples and test cases of maintained secret scanners:
-`report6/` (the headline: built mechanically and committed before the rules it measures were written, never seen
+`report7/` (the headline: built mechanically and committed before the rules it measures were written, never seen
 before its measurement), `report4/` and `report3/` (the same for versions 7 and 6; their per-kind totals were read
 after those measurements), `report2/` (kept for comparison: its per-kind totals were read while tuning version
-5) and `report5/` (version 8's half; its failures were read while tuning version 9, so it is tuning data now,
-printed beside the others); and the tuning side: `tuning/`, written here, and `tuning_from_report/`, the first
-report half, seen while tuning and so tuning data now.
+5), `report5/` and `report6/` (versions 8's and 9's halves; their failures were read while tuning versions 9 and
+10, so they are tuning data now, printed beside the others); and the tuning side: `tuning/`, written here, and
+`tuning_from_report/`, the first report half, seen while tuning and so tuning data now.
 In each:
 - secrets.txt: one entry per line, or a block between `<<<` and `>>>` lines; each secret is marked ⟦kind:value⟧.
   An entry is caught when every marked span is covered by a redaction.
@@ -28,16 +30,22 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
+import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 
-from sessionmem_pipeline.core.redact import REDACTION_VERSION, SecretMatch, find_secrets, redact
+from sessionmem_pipeline.core import redact as current_rules
+from sessionmem_pipeline.core.redact import REDACTION_VERSION, SecretMatch
 
-CORPUS = Path(__file__).resolve().parent / "redaction_corpus"
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "benchmarks" / "redaction_corpus"
 REPORTS = {  # `report` is the headline
-    "report": ("report6",), "report5": ("report5",), "report4": ("report4",), "report3": ("report3",), "report2": ("report2",)
+    "report": ("report7",), "report6": ("report6",), "report5": ("report5",), "report4": ("report4",),
+    "report3": ("report3",), "report2": ("report2",),
 }
 TUNING = ("tuning", "tuning_from_report")
 MARKER = re.compile(r"⟦([a-z0-9-]+):([^⟧]+)⟧")
@@ -142,7 +150,9 @@ def _is_covered(secret: MarkedSecret, found: list[SecretMatch]) -> bool:
     return any(f.start <= secret.start and secret.end <= f.end for f in found)
 
 
-def score(entries: list[SecretEntry], clean: list[CleanLine]) -> HalfScore:
+def score(entries: list[SecretEntry], clean: list[CleanLine], rules: ModuleType = current_rules) -> HalfScore:
+    """The half's figures under `rules` (a module with `find_secrets` and `redact`: these rules, or a baseline's)."""
+    find_secrets, redact = rules.find_secrets, rules.redact
     result = HalfScore()
     by_kind: dict[str, dict[str, int]] = defaultdict(lambda: {"secrets": 0, "caught": 0})
     for entry in entries:
@@ -170,11 +180,46 @@ def score(entries: list[SecretEntry], clean: list[CleanLine]) -> HalfScore:
     return result
 
 
-def score_half(corpus: Path, folders: tuple[str, ...]) -> HalfScore:
+def score_half(corpus: Path, folders: tuple[str, ...], rules: ModuleType = current_rules) -> HalfScore:
     """One score over the folders that make up a half."""
     entries = [entry for folder in folders for entry in load_secret_entries(corpus / folder / "secrets.txt")]
     clean = [line for folder in folders for line in load_clean_lines(corpus / folder / "clean.txt")]
-    return score(entries, clean)
+    return score(entries, clean, rules)
+
+
+def baseline_rules(revision: str) -> ModuleType:
+    """`core/redact.py` as it was at a git revision, loaded as its own module, to score side by side."""
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{revision}:sessionmem_pipeline/core/redact.py"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    module = ModuleType("redact_baseline")
+    sys.modules[module.__name__] = module  # its dataclasses look their module up while being built
+    exec(compile(source, f"{revision}:sessionmem_pipeline/core/redact.py", "exec"), module.__dict__)
+    return module
+
+
+def speed_texts(corpus: Path) -> dict[str, str]:
+    """About 2 MB each: every corpus file joined and repeated (dense with keys, names and look-alikes), and prose
+    with code lines (huge_message.py's text)."""
+    dense = "\n".join(path.read_text(encoding="utf-8") for path in sorted(corpus.glob("*/*.txt")))
+    sentences = [
+        f"Step {n} retried the upload after the proxy reset the connection. "
+        + (f"\n    retry(upload, attempts={n})\n" if n % 7 == 0 else "")
+        + ("\n\n" if n % 11 == 0 else "")
+        for n in range(1, 30_000)
+    ]
+    return {"corpus": (dense + "\n") * (2_000_000 // len(dense) + 1), "prose": "".join(sentences)}
+
+
+def cpu_seconds_per_mb(rules: ModuleType, text: str, runs: int = 3) -> float:
+    """The best of `runs` CPU times of `redact(text)`, per MB (CPU, not wall time: the machine is shared)."""
+    best = float("inf")
+    for _ in range(runs):
+        started = time.process_time()
+        rules.redact(text)
+        best = min(best, time.process_time() - started)
+    return best / (len(text.encode()) / 1_000_000)
 
 
 def _rows(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -184,36 +229,45 @@ def _rows(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     return [line(header), "  ".join("-" * width for width in widths), *(line(row) for row in rows)]
 
 
-def _half_tables(name: str, folders: tuple[str, ...], report: HalfScore) -> list[str]:
+def _half_tables(name: str, folders: tuple[str, ...], report: HalfScore, baseline: HalfScore | None = None) -> list[str]:
     kinds = [(kind, str(c["secrets"]), str(c["caught"]), f"{c['caught'] / c['secrets']:.0%}") for kind, c in report.by_kind.items()]
     kinds.append(("TOTAL", str(report.secrets), str(report.caught), f"{report.catch_rate:.1%}"))
+    header: tuple[str, ...] = ("kind", "secrets", "caught", "catch rate")
+    if baseline is not None:  # the baseline's catches beside each kind
+        kinds = [(*row, str(baseline.by_kind.get(row[0], {}).get("caught", baseline.caught if row[0] == "TOTAL" else 0))) for row in kinds]
+        header = (*header, "baseline caught")
     categories = [
         (category, str(c["lines"]), str(c["altered"]), f"{c['altered'] / c['lines']:.1%}") for category, c in report.by_category.items()
     ]
     categories.append(("TOTAL", str(report.clean_lines), str(report.clean_altered), f"{report.false_positive_rate:.1%}"))
     lines = ["", f"{name} half ({' + '.join(folders)}): {len(report.by_kind)} kinds of secret", ""]
-    lines += _rows(("kind", "secrets", "caught", "catch rate"), kinds)
+    lines += _rows(header, kinds)
     lines += ["", f"{name} half: clean look-alikes", ""]
     lines += _rows(("category", "lines", "altered", "altered %"), categories)
     return lines
 
 
-def _report(reports: dict[str, HalfScore], tuning: HalfScore, show_report_misses: bool) -> str:
+def _summary(key: str, folders: tuple[str, ...], r: HalfScore) -> str:
+    return (
+        f"{key.upper()} ({' + '.join(folders)}): {r.caught}/{r.secrets} secrets caught ({r.catch_rate:.1%}) over "
+        f"{len(r.by_kind)} kinds; {r.clean_altered}/{r.clean_lines} clean lines altered ({r.false_positive_rate:.1%})"
+    )
+
+
+def _report(
+    reports: dict[str, HalfScore],
+    tuning: HalfScore,
+    show_report_misses: bool,
+    baseline: tuple[str, dict[str, HalfScore]] | None = None,
+) -> str:
     lines = [f"redaction rules version {REDACTION_VERSION}"]
     for key, report in reports.items():
-        lines += _half_tables(key.upper(), REPORTS[key], report)
-    summary = [
-        f"{key.upper()} ({' + '.join(REPORTS[key])}): {r.caught}/{r.secrets} secrets caught "
-        f"({r.catch_rate:.1%}); {r.clean_altered}/{r.clean_lines} clean lines altered ({r.false_positive_rate:.1%})"
-        for key, r in reports.items()
-    ]
-    lines += ["", *summary]
-    lines += [
-        "",
-        f"TUNING side ({' + '.join(TUNING)}): {tuning.caught}/{tuning.secrets} secrets caught ({tuning.catch_rate:.1%}) over "
-        f"{len(tuning.by_kind)} kinds; {tuning.clean_altered}/{tuning.clean_lines} clean lines altered "
-        f"({tuning.false_positive_rate:.1%})",
-    ]
+        lines += _half_tables(key.upper(), REPORTS[key], report, baseline[1][key] if baseline and key == "report" else None)
+    lines += ["", *(_summary(key, REPORTS[key], r) for key, r in reports.items()), "", _summary("tuning side", TUNING, tuning)]
+    if baseline:
+        label, scores = baseline
+        lines += ["", f"BASELINE {label}, the same halves:"]
+        lines += [_summary(key, REPORTS.get(key, TUNING), r) for key, r in scores.items()]
     shown = (*reports.items(), ("tuning", tuning)) if show_report_misses else (("tuning", tuning),)
     for half, result in shown:
         for title, items in (("missed", result.misses), ("altered", result.false_positives)):
@@ -228,9 +282,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--show-misses", action="store_true", help="also list the report half's failing lines")
     parser.add_argument("--corpus", type=Path, default=CORPUS, help="folder holding the report and tuning folders")
+    parser.add_argument("--baseline", metavar="REVISION", help="also score core/redact.py as of this git revision")
     args = parser.parse_args(argv)
     reports = {key: score_half(args.corpus, folders) for key, folders in REPORTS.items()}
     tuning = score_half(args.corpus, TUNING)
+    baseline = None
+    if args.baseline and not args.json:
+        rules = baseline_rules(args.baseline)
+        scores = {key: score_half(args.corpus, folders, rules) for key, folders in {**REPORTS, "tuning": TUNING}.items()}
+        baseline = (f"{args.baseline} (rules version {rules.REDACTION_VERSION})", scores)
     if args.json:
         payload = {
             half: asdict(result) | {"catch_rate": result.catch_rate, "false_positive_rate": result.false_positive_rate}
@@ -241,7 +301,12 @@ def main(argv: list[str] | None = None) -> int:
                 payload[key] |= {"misses": [], "false_positives": []}
         print(json.dumps({"redaction_version": REDACTION_VERSION} | payload, indent=2, ensure_ascii=False))
     else:
-        print(_report(reports, tuning, args.show_misses))
+        print(_report(reports, tuning, args.show_misses, baseline))
+        if baseline:
+            print(f"\nredact() CPU seconds per MB, best of 3 (version {REDACTION_VERSION} / {baseline[0]}):")
+            for name, text in speed_texts(args.corpus).items():
+                ours, theirs = cpu_seconds_per_mb(current_rules, text), cpu_seconds_per_mb(rules, text)
+                print(f"  {name:7} {len(text) / 1e6:4.1f} MB  {ours:.3f} / {theirs:.3f}  ({ours / theirs - 1:+.0%})")
     return 0
 
 

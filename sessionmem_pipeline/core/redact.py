@@ -15,7 +15,11 @@ output are built from redacted text; collapsing and chunking do not redact again
   a name is left to the name rules when the name has a credential word or says id, digest, nonce, signature or
   certificate, and is redacted under any other name (a vendor's: `mistral: <key>`, `GROK_MGMT=xai-…`); a
   40-character secret right after its key id (`AKIA…:<secret>`, GCS HMAC `GOOG…` then the secret on the next
-  line); and a webhook URL's path after `/hooks/` or `/webhooks/` when it holds a key-like part;
+  line); a webhook URL's path after `/hooks/` or `/webhooks/` when it holds a key-like part, or on a host made
+  for webhooks (`hooks.zapier.com/hooks/catch/<account>/<hook>/`) when it holds an id; a vendor's short prefix
+  before a hex key (`bkua_<40 hex>`, `cr-<58 hex>`, `key_<28 hex>`), a `<vendor>_live_`/`_test_` key; a hex or
+  UUID key right after a vendor's name (`assemblyai = <32 hex>`, `ai21: <uuid>`; 40 or 64 digits, a commit's or a
+  SHA-256's length, only under a name saying api or auth); a key in an API URL's `/vN/` path (`…/v3/<32 hex>`);
 - context: a value assigned to a secret-like name (`DB_PASSWORD=…`, `"api_key": "…"`, `--token …`,
   `<password>…</password>`, `db_password: str = "…"`, a YAML phrase `password: Harbor Lights 2019!`,
   `<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`, make's `API_TOKEN ?= "…"`, Go's
@@ -26,8 +30,11 @@ output are built from redacted text; collapsing and chunking do not redact again
   `?user=root&password=…`; a setter or builder call `ds.setPassword("…")`, `.withApiKey("…")`; `new PDO($dsn, 'u',
   '…')`, `mysqli_connect`, `getConnection`; Dockerfile's `ENV NAME value`; a Gradle or Ruby DSL line `password '…'`;
   XML `<Setting Name="ApiKey" Value="…"/>`, `<entry key="password">…</entry>`, `<Password value="…"/>`; a command
-  line's words: `--password juniper`, `psql "… password=heron"`, `-e ansible_become_pass=…`), a password inside a URL
-  (`scheme://user:PASS@host`, user and host kept), an `Authorization:` header, `curl -u user:PASS` (quoted too),
+  line's words: `--password juniper`, `psql "… password=heron"`, `-e ansible_become_pass=…`; Rust's
+  `const API_KEY: &str = "…"`; `api key: …` and `<vendor> key: <hex>` with a space; `azure_key:<random>` without
+  one), a password inside a URL (`scheme://user:PASS@host`, user and host kept; the password runs to the last `@`),
+  Redis `AUTH [user] PASS` (a prompt, MONITOR output, a client's log), Travis CI's `secure: "<encrypted>"`,
+  `aws ssm put-parameter --type SecureString --value …`, an `Authorization:` header, `curl -u user:PASS` (quoted too),
   `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`,
   `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
   account SID, `X-…-Token:` headers, `PsExec … -p PASS`, `slcli … -k KEY`, token-taking logins (`cargo login`,
@@ -56,8 +63,11 @@ or id (`cl_key => <64 hex>`, `cache_key`, `tenant_key`) reads as a digest; a ven
 as a key (mixed case and digits).
 
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
-`npm_XXXX…`, `rdme_XXXX_XXXX`, `xoxb-0000…-aaaa…`), typed-out alphabets (`AIzaSyabcdef…`, `aBcDeF…`, `ZyXwVu…`,
-`1a2b3c4d…`, `qwertyuiop…`, character-set constants), `<your-token>`, `@@DB_PASSWORD@@`.
+`npm_XXXX…`, `rdme_XXXX_XXXX`, `xoxb-0000…-aaaa…`, `glc_EXAMPLETESTTEST…`, a zero UUID, `aaaa…1111…bbbb…`),
+typed-out alphabets (`AIzaSyabcdef…`, `aBcDeF…`, `ZyXwVu…`, `1a2b3c4d…`, `qwertyuiop…`, character-set constants)
+and short typed-out values (`abcdef1234`, `abc123`, `test1234`, `123456789`), `<your-token>`, `@@DB_PASSWORD@@`,
+the documented URL pair `user:password` (`user:secret`), a short word under a key or token name (`API_TOKEN=short`),
+a cache key (`cache key: v2-deps-<hex>`, `key: node-modules-<hex>`: words, then a hex digest).
 Every pattern has bounded repetition, so a huge line costs linear time; and a huge text costs a few fast scans:
 provider tokens are searched one literal prefix at a time, and every context rule looks only at the lines holding
 its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message of prose redacts in about 3 s.
@@ -966,6 +976,8 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         return False
     if m.string[m.end() : m.end() + 1] in ("<", "{", "$"):
         return False  # `dop_v1_<your-token>`: the start of a template, not a value
+    if m.string.startswith("[REDACTED:", m.end()):
+        return False  # the rest of a value another rule redacted: judged with it (keeps redaction idempotent)
     sep = m.group("sep")
     if group == "v_bare" and sep in (":", "::") and (not m.group("sp2") or (sep == ":" and m.group("sp1") and not m.group("kq"))):
         dotted = "." in name or m.string[m.start() - 1 : m.start()] == "."
@@ -1609,6 +1621,16 @@ _RULES: tuple[_Rule, ...] = (
         ("value",),
         _accept_xml,
         _NAME_WORD,
+    ),
+    _Rule(  # Redis `AUTH [user] PASS`: at a redis-cli prompt, in MONITOR output (`"AUTH" "PASS"`), a client's debug log
+        KIND_PASSWORD,
+        re.compile(
+            r"(?:^|(?<=[\s>\]\[]))\"?AUTH\"?[ \t]+(?:\"?(?P<user>[\w.@-]{1,64})\"?[ \t]+)?\"?"
+            r"(?P<value>[^\s\"']{6,256}?)\"?(?=\s|$)"
+        ),
+        ("value",),
+        lambda m: _accept_prose_password_value(m.group("value")) or _looks_random(m.group("value")),
+        _trigger(r"\bauth\b"),
     ),
     _Rule(  # sshpass -p PASS
         KIND_PASSWORD,
