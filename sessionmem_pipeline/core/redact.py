@@ -288,14 +288,20 @@ _DOCUMENTED_EXAMPLES = frozenset(  # published in vendors' docs, so not anyone's
 
 
 def _is_filler(token: str) -> bool:
-    """`glpat-xxxxxxxxxxxxxxxxxxxx`, `AKIAXXXXXXXXXXXXXXXX`: one character repeated over half the token;
-    `glc_EXAMPLETESTTESTTEST…`: a short chunk repeated over half of it; or only a few distinct characters."""
+    """`glpat-xxxxxxxxxxxxxxxxxxxx`, `AKIAXXXXXXXXXXXXXXXX`: one character repeated over half the token; or only a
+    few distinct characters."""
     characters = set(token)
     if len(token) >= _FEW_CHARACTERS_FROM and len(characters) <= _FEW_CHARACTERS:
         return True  # `aaaaaaaaaa1111111111bbbbbbbbbb…`: a few characters in long runs
-    if max((token.count(c) for c in characters), default=0) * 2 >= len(token) and _longest_run(token) * 2 >= len(token):
-        return True  # (counting first: a run over half the token needs a character that often)
-    if len(characters) > len(token) // 2 + _CHUNK_LONGEST:
+    if len(characters) > len(token) // 2 + 1:
+        return False  # a run over half the token leaves at most half of it for other characters
+    return _longest_run(token) * 2 >= len(token)
+
+
+def _is_chunk_filler(token: str) -> bool:
+    """`glc_EXAMPLETESTTESTTEST…`: a short chunk repeated over half the token (judged for values and provider
+    tokens, not for every random run: the search costs more than the rest of a token's judgement)."""
+    if len(set(token)) > len(token) // 2 + _CHUNK_LONGEST:
         return False  # a chunk repeated over half the token leaves fewer distinct characters
     repeated = _REPEATED_CHUNK.search(token)
     return bool(repeated) and (repeated.end() - repeated.start()) * 2 >= len(token)
@@ -405,7 +411,8 @@ def _is_blank(value: str) -> bool:
     return (
         len(value) < 3  # `SavePassword=1`
         or value in _DOCUMENTED_EXAMPLES
-        or (len(value) >= 8 and _is_filler(_SEPARATORS.sub("", value)))  # `00000000-0000-…`: a zero UUID
+        or (len(value) >= 8 and _is_filler(stripped := _SEPARATORS.sub("", value)))  # `00000000-0000-…`: a zero UUID
+        or (16 <= len(value) <= 200 and " " not in value and _is_chunk_filler(stripped))
         or _is_alphabet(value)
         or _is_typed_filler(value)
         or value.startswith("[REDACTED")
@@ -691,8 +698,8 @@ def _accepts_token(kind: str, word_start: bool) -> Accept:
 
 def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
     token = m.group(0)
-    if token in _DOCUMENTED_EXAMPLES or _is_filler(_SEPARATORS.sub("", token)):
-        return False  # `xoxp-XXXXXXXXXX-XXXXXXXXXX-…`: filler between separators
+    if token in _DOCUMENTED_EXAMPLES or _is_filler(stripped := _SEPARATORS.sub("", token)) or _is_chunk_filler(stripped):
+        return False  # `xoxp-XXXXXXXXXX-XXXXXXXXXX-…`, `glc_EXAMPLETEST…`: filler between separators
     if _is_alphabet(token) or _is_alphabet(_SEPARATORS.split(token, maxsplit=1)[-1]):
         return False  # `sk-abcdef…`: a typed-out alphabet after the prefix
     long_parts = [part for part in _SEPARATORS.split(token)[1:] if len(part) >= 4]
@@ -749,7 +756,7 @@ _TOKEN_TRIGGERS = {  # a literal part of every token of the kind, for patterns w
     "huggingface-token": "hf_|api_org_",
     "twitter-bearer": "a" * 22,
     "lob-key": "live_|test_",
-    "live-key": "_live_|_test_",
+    "live-key": "live_|test_",  # lob-key's: one scan for both
     "plaid-token": "-sandbox-|-development-|-production-",
     "harness-pat": r"at\.",
     "mapbox-token": r"k\.",
@@ -1466,7 +1473,7 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(r"://[\w.-]{1,100}(?::\d{1,5})?/v\d{1,2}/(?P<value>[A-Za-z0-9_-]{32,64})(?![\w-])(?!/)"),
         ("value",),
         lambda m: _looks_random(m.group("value")) or _is_hex_key(m.group("value")),
-        _trigger("/v[0-9]"),
+        _trigger("/v"),
     ),
     _Rule(KIND_JWT, re.compile(r"\beyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,8192}"), trigger=_trigger("eyj")),
     _Rule(  # scheme://user:PASS@host keeps user and host; the password runs to the last `@` (`m42p!o@2wd@host`)
@@ -1625,12 +1632,12 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(  # Redis `AUTH [user] PASS`: at a redis-cli prompt, in MONITOR output (`"AUTH" "PASS"`), a client's debug log
         KIND_PASSWORD,
         re.compile(
-            r"(?:^|(?<=[\s>\]\[]))\"?AUTH\"?[ \t]+(?:\"?(?P<user>[\w.@-]{1,64})\"?[ \t]+)?\"?"
+            r"AUTH(?<![^\s>\]\[\"]AUTH)\"?[ \t]+(?:\"?(?P<user>[\w.@-]{1,64})\"?[ \t]+)?\"?"  # after a blank, `>`, `]`, `"`
             r"(?P<value>[^\s\"']{6,256}?)\"?(?=\s|$)"
         ),
         ("value",),
         lambda m: _accept_prose_password_value(m.group("value")) or _looks_random(m.group("value")),
-        _trigger(r"\bauth\b"),
+        _trigger("auth"),
     ),
     _Rule(  # sshpass -p PASS
         KIND_PASSWORD,
