@@ -1312,11 +1312,16 @@ def _stands_alone(text: str, start: int, end: int) -> bool:
 
 
 def _is_wrapped_base64_line(text: str, line_start: int, line_end: int) -> bool:
-    """The line between the offsets has a neighbour line of 40 or more token characters: a base64 block."""
+    """The line between the offsets has a neighbour line of 40 or more token characters: a base64 block. A
+    neighbour that is a placeholder counts too: it was such a line before it was redacted (keeps redaction
+    idempotent)."""
     previous = text[text.rfind("\n", 0, max(line_start - 1, 0)) + 1 : max(line_start - 1, 0)] if line_start else ""
     next_end = text.find("\n", line_end + 1)
     following = text[line_end + 1 : len(text) if next_end == -1 else next_end] if line_end < len(text) else ""
-    return any(len(line.strip()) >= 40 and _TOKEN_CHARS.fullmatch(line.strip()) for line in (previous, following))
+    return any(
+        (len(line.strip()) >= 40 and _TOKEN_CHARS.fullmatch(line.strip())) or PLACEHOLDER_RE.fullmatch(line.strip())
+        for line in (previous, following)
+    )
 
 
 _WEBHOOK_SECRET_SHORTEST = 16
