@@ -420,7 +420,7 @@ def write_half(
         for line in candidates:
             if len(re.sub(r"\s", "", line)) >= 8 and not line.startswith("## ") and line not in clean and line not in seen_elsewhere and keep(line):
                 clean.append(line)
-    clean += [line for line in lookalikes if line not in seen_elsewhere]
+    clean += [line for line in lookalikes if line.startswith("## ") or line not in seen_elsewhere]  # headers stay
     (out / "clean.txt").write_text("\n".join(clean) + "\n", encoding="utf-8")
     print(f"{sum(kinds.values())} secrets of {len(kinds)} kinds; {sum(1 for line in clean if not line.startswith('## '))} clean lines")
 
