@@ -16,15 +16,16 @@ N equal-sized synthetic Claude Code sessions. The embedding server is the tests'
   redaction) at once with the others, then the writer commits them (`raw_messages`, which publishes the snapshot);
   each worker then runs `staged_results`, and one writer run commits everything (`collapsed_messages`, `chunks`,
   `chunk_embeddings`, `session_summaries`). `compute s` is first start to last end of the K runs of each phase,
-  added (process start-up excluded); `ingest s` and `commit s` the two writer runs (the latter's steps checked not
-  to overlap). The phases run in lockstep, the writer never beside compute: in Dagster 1.13 a run whose next step
-  waits for a pool slot polls for it without sleeping (a core busy the whole wait), so runs that queue on the writer
-  pool cost the compute the CPU they would overlap with (README, Scaling out). Sessions/s and the speedup over K=1
-  are of the four together. `--parse-in-writer` leaves out `staged_parses` (raw_messages parses, as before the
-  split; also runs against code without it). The stages over everything (`session_threads`, `memories`,
-  `search_index`: not split, the same work for every K) follow in another run, `global s`, shown with the speedup
-  they leave. The final warehouse is compared whole (every table, run ids and timestamps aside) with a serial
-  `index_sources` run's.
+  added (process start-up excluded: a worker loads its tokenizer and imports `openai` before its first run, as a
+  long-lived worker, deploy/'s Celery worker, has); `ingest s` and `commit s` the two writer runs (the latter's
+  steps checked not to overlap). The phases run in lockstep, the writer never beside compute: in Dagster 1.13 a run
+  whose next step waits for a pool slot polls for it without sleeping (a core busy the whole wait), so runs that
+  queue on the writer pool cost the compute the CPU they would overlap with (README, Scaling out). Sessions/s and
+  the speedup over K=1 are of the four together. `--parse-in-writer` leaves out `staged_parses` (raw_messages
+  parses, as before the split; also runs against code without it). The stages over everything (`session_threads`,
+  `memories`, `search_index`: not split, the same work for every K) follow in another run, `global s`, shown with
+  the speedup they leave. The final warehouse is compared whole (every table, run ids and timestamps aside) with a
+  serial `index_sources` run's.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ config, keys, phases = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv
 instance = dg.DagsterInstance.get()
 resources = {"sessionmem": SessionmemResource(config_file=config)}
 resources["sessionmem"].embedder().count_model_tokens("a worker loads its tokenizer once, at start-up")
+import openai  # noqa: F401  and its HTTP client library (the embedder builds its client on its first request)
 print("ready", flush=True)
 for asset, go in phases:
     while not os.path.exists(go):
