@@ -95,6 +95,12 @@ def dagster_instance(base: Path, *, planned_per_partition: bool = False) -> Path
     return home
 
 
+def add_instance_option(parser: argparse.ArgumentParser) -> None:
+    """`--planned-per-partition`, `dagster_instance`'s choice."""
+    parser.add_argument("--planned-per-partition", action="store_true",
+                        help="Dagster's default: a planned event per asset and partition when a run starts")
+
+
 def write_config(path: Path, warehouse: Path, sources: Path, base_url: str, in_flight: int) -> Path:
     path.write_text(
         f'warehouse = "{warehouse}"\nsources = ["{sources}"]\n[summaries]\nenabled = false\n'
@@ -258,8 +264,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.3)
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--parse-in-writer", action="store_true", help="no staged_parses: raw_messages parses")
-    parser.add_argument("--planned-per-partition", action="store_true",
-                        help="Dagster's default: a planned event per asset and partition when a run starts")
+    add_instance_option(parser)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     load = os.getloadavg()  # the wall times are those of a latency-bound run only while the cores are free

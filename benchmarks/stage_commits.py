@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from openai_server import OpenAICompatibleServer  # noqa: E402  (tests/openai_server.py)
-from scale_out import dagster_instance, write_config, write_sessions  # noqa: E402  (scale_out's run set-up)
+from scale_out import add_instance_option, dagster_instance, write_config, write_sessions  # noqa: E402
 
 
 def writer_cpu(base: Path, sources: Path, base_url: str, keys: list[str], profile: cProfile.Profile | None) -> tuple[float, float]:
@@ -101,8 +101,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", help="write cProfile stats of the last repeat's writer runs to this file")
-    parser.add_argument("--planned-per-partition", action="store_true",
-                        help="Dagster's default: a planned event per asset and partition when a run starts")
+    add_instance_option(parser)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="stage-commits-"))
     dagster_instance(base, planned_per_partition=args.planned_per_partition)
