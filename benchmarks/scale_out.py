@@ -1,24 +1,31 @@
 """The per-session stages outside the single writer (issue 21): parallel compute workers against a remote-like
 embedding API, one writer committing.
 
-    .venv/bin/python benchmarks/scale_out.py [--sessions 24] [--latency 0.3] [--workers 1,2,4] [--parse-in-writer] [--json]
+    .venv/bin/python benchmarks/scale_out.py [--sessions 24] [--latency 0.3] [--workers 1,2,4] [--parse-in-writer]
+        [--planned-per-partition] [--json]
 
 N equal-sized synthetic Claude Code sessions. The embedding server is the tests' OpenAI-compatible server on
 127.0.0.1 with a fixed latency per request (300 ms: a remote API's round trip), batch_size 4. Two tables:
 - one worker (`compute_sessions` in this process: collapse, chunk, embed, over a warehouse ingested once) with 1
   vs 8 requests in flight;
-- the Dagster path, from an empty warehouse: a real instance (DAGSTER_HOME with this repo's dagster.yaml), the
+- the Dagster path, from an empty warehouse: a real instance (DAGSTER_HOME with this repo's dagster.yaml; runs
+  launched as the README's set-up launches them, with `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one
+  planned event per asset of a run; `--planned-per-partition`, Dagster's default, one per asset and partition), the
   compute pool's limit set with `dagster instance concurrency set sessionmem_compute K`, K worker processes each
   covering 1/K of the partitions (one request in flight). Each worker runs `staged_parses` (parse, privacy rules,
-  redaction) at once with the others, then the writer commits them (`raw_messages`, which publishes the
-  snapshot); each worker then runs `staged_results`, and one writer run commits everything (`collapsed_messages`,
-  `chunks`, `chunk_embeddings`, `session_summaries`). `compute s` is first start to last end of the K runs of each
-  phase, added (process start-up excluded); `ingest s` and `commit s` the two writer runs (the latter's steps
-  checked not to overlap); sessions/s and the speedup over K=1 are of the four together. `--parse-in-writer`
-  leaves out `staged_parses` (raw_messages parses, as before the split; also runs against code without it). The
-  stages over everything (`session_threads`, `memories`, `search_index`: not split, the same work for every K)
-  follow in another run, `global s`, shown with the speedup they leave. The final warehouse is compared whole
-  (every table, run ids and timestamps aside) with a serial `index_sources` run's.
+  redaction) at once with the others, then the writer commits them (`raw_messages`, which publishes the snapshot);
+  each worker then runs `staged_results`, and one writer run commits everything (`collapsed_messages`, `chunks`,
+  `chunk_embeddings`, `session_summaries`). `compute s` is first start to last end of the K runs of each phase,
+  added (process start-up excluded: a worker loads its tokenizer and imports `openai` before its first run, as a
+  long-lived worker, deploy/'s Celery worker, has); `ingest s` and `commit s` the two writer runs (the latter's
+  steps checked not to overlap). The phases run in lockstep, the writer never beside compute: in Dagster 1.13 a run
+  whose next step waits for a pool slot polls for it without sleeping (a core busy the whole wait), so runs that
+  queue on the writer pool cost the compute the CPU they would overlap with (README, Scaling out). Sessions/s and
+  the speedup over K=1 are of the four together. `--parse-in-writer` leaves out `staged_parses` (raw_messages
+  parses, as before the split; also runs against code without it). The stages over everything (`session_threads`,
+  `memories`, `search_index`: not split, the same work for every K) follow in another run, `global s`, shown with
+  the speedup they leave. The final warehouse is compared whole (every table, run ids and timestamps aside) with a
+  serial `index_sources` run's.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ config, keys, phases = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv
 instance = dg.DagsterInstance.get()
 resources = {"sessionmem": SessionmemResource(config_file=config)}
 resources["sessionmem"].embedder().count_model_tokens("a worker loads its tokenizer once, at start-up")
+import openai  # noqa: F401  and its HTTP client library (the embedder builds its client on its first request)
 print("ready", flush=True)
 for asset, go in phases:
     while not os.path.exists(go):
@@ -71,6 +79,26 @@ def write_sessions(root: Path, count: int, messages: int = 80) -> None:
         folder.mkdir(parents=True)
         lines = session_lines(rng, messages, datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=n), f"project-{n}")
         (folder / f"s{n:04d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def dagster_instance(base: Path, *, planned_per_partition: bool = False) -> Path:
+    """DAGSTER_HOME for this process and the ones it starts: this repo's dagster.yaml with its storage under
+    `base`, and the environment the README's set-up gives the processes that launch runs
+    (`DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one planned event per asset of a run, not one per asset
+    and partition), unless `planned_per_partition` (Dagster's default, for comparison)."""
+    home = base / "dagster_home"
+    home.mkdir()
+    settings = (ROOT / "dagster.yaml").read_text(encoding="utf-8")  # storage in this run's home, not the clone's
+    (home / "dagster.yaml").write_text(settings.replace("base_dir: .dagster_home", f"base_dir: {home}"), encoding="utf-8")
+    os.environ["DAGSTER_HOME"] = str(home)
+    os.environ["DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"] = "0" if planned_per_partition else "1"
+    return home
+
+
+def add_instance_option(parser: argparse.ArgumentParser) -> None:
+    """`--planned-per-partition`, `dagster_instance`'s choice."""
+    parser.add_argument("--planned-per-partition", action="store_true",
+                        help="Dagster's default: a planned event per asset and partition when a run starts")
 
 
 def write_config(path: Path, warehouse: Path, sources: Path, base_url: str, in_flight: int) -> Path:
@@ -236,15 +264,12 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.3)
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--parse-in-writer", action="store_true", help="no staged_parses: raw_messages parses")
+    add_instance_option(parser)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     load = os.getloadavg()  # the wall times are those of a latency-bound run only while the cores are free
     base = Path(tempfile.mkdtemp(prefix="scale-out-"))
-    home = base / "dagster_home"
-    home.mkdir()
-    settings = (ROOT / "dagster.yaml").read_text(encoding="utf-8")  # storage in this run's home, not the clone's
-    (home / "dagster.yaml").write_text(settings.replace("base_dir: .dagster_home", f"base_dir: {home}"), encoding="utf-8")
-    os.environ["DAGSTER_HOME"] = str(home)
+    dagster_instance(base, planned_per_partition=args.planned_per_partition)
 
     import dagster as dg
 
@@ -284,8 +309,10 @@ def main() -> None:
     for row in single:
         print(f"| {row['in_flight']} | {row['seconds']:.1f} | {row['sessions_per_s']:.2f} | {row['speedup']:.1f}x |")
     where = "raw_messages parses" if args.parse_in_writer else "staged_parses then staged_results"
+    planned = "asset and partition" if args.planned_per_partition else "asset"
     print(f"\nDagster from an empty warehouse: K compute runs at once per phase ({where}; 1/K of the partitions "
-          "each, pool sessionmem_compute = K, 1 request in flight each), the writer's ingest run, one writer commit run")
+          "each, pool sessionmem_compute = K, 1 request in flight each), the writer's ingest run, one writer commit "
+          f"run; each run starts with a planned event per {planned}")
     print("| K | compute s (CPU s) | ingest s (CPU s) | ingest CPU ms/session | commit s (CPU s) | commit CPU ms/session "
           "| sessions/s | speedup | + global s | speedup with global | computed in commit (ingest, other) "
           "| overlapping commits | warehouse = serial run's |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")

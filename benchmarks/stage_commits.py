@@ -3,14 +3,16 @@
 taking what the compute steps staged, without the latency of compute around them.
 
     .venv/bin/python benchmarks/stage_commits.py [--sessions 48] [--repeat 3] [--profile FILE]
+        [--planned-per-partition]
 
-benchmarks/scale_out.py's N equal-sized sessions and configuration (embedding server on 127.0.0.1, no latency
-here), `--repeat` times from an empty warehouse: `staged_parses` (in this process), the writer's ingest run,
-`staged_results`, the writer's commit run; CPU seconds (`time.process_time`: a loaded machine inflates them less
-than wall time) of the two writer runs per session, their median. The same work through the stage functions
-alone (`pipeline.ingest`, then each of `pipeline.SESSION_STEPS`, in process, no Dagster), per stage, shows how much
-of a writer run is the stages' own and how much Dagster's. `--profile FILE` writes cProfile stats (CPU time) of the
-last repeat's writer runs.
+benchmarks/scale_out.py's N equal-sized sessions, configuration and Dagster instance (one planned event per asset of
+a run, as the README's set-up launches runs; `--planned-per-partition`: Dagster's default, one per asset and
+partition), embedding server on 127.0.0.1 with no latency here, `--repeat` times from an empty warehouse:
+`staged_parses` (in this process), the writer's ingest run, `staged_results`, the writer's commit run; CPU seconds
+(`time.process_time`: a loaded machine inflates them less than wall time) of the two writer runs per session, their
+median. The same work through the stage functions alone (`pipeline.ingest`, then each of `pipeline.SESSION_STEPS`,
+in process, no Dagster), per stage, shows how much of a writer run is the stages' own and how much Dagster's.
+`--profile FILE` writes cProfile stats (CPU time) of the last repeat's writer runs.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from openai_server import OpenAICompatibleServer  # noqa: E402  (tests/openai_server.py)
-from scale_out import write_config, write_sessions  # noqa: E402  (the same sessions and configuration)
+from scale_out import add_instance_option, dagster_instance, write_config, write_sessions  # noqa: E402
 
 
 def writer_cpu(base: Path, sources: Path, base_url: str, keys: list[str], profile: cProfile.Profile | None) -> tuple[float, float]:
@@ -99,13 +101,10 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", help="write cProfile stats of the last repeat's writer runs to this file")
+    add_instance_option(parser)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="stage-commits-"))
-    home = base / "dagster_home"
-    home.mkdir()
-    settings = (ROOT / "dagster.yaml").read_text(encoding="utf-8")
-    (home / "dagster.yaml").write_text(settings.replace("base_dir: .dagster_home", f"base_dir: {home}"), encoding="utf-8")
-    os.environ["DAGSTER_HOME"] = str(home)
+    dagster_instance(base, planned_per_partition=args.planned_per_partition)
 
     import dagster as dg
 
