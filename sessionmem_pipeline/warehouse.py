@@ -701,11 +701,45 @@ class _Queries:
             for row in rows
         }
 
+    def settled_sources(
+        self, walked: Sequence[tuple[str, str, int, int]], stage_key: str
+    ) -> tuple[set[str], list[tuple[str | None, int, int, list[str]]]]:
+        """Change detection for the walked files (path, partition key, size, mtime_ns), in one query: the paths
+        whose stat differs from their indexed state under this ingest key (or that have none), which ingest must
+        look at; and the others (settled: unchanged) per format as (format, files, sessions, partition keys),
+        with no row per file handed back."""
+        import pyarrow as pa  # the writer's path only: readers do not pay for it
+
+        columns = list(zip(*walked, strict=True)) or [(), (), (), ()]
+        kinds = {"path": pa.string(), "partition_key": pa.string(), "size": pa.int64(), "mtime_ns": pa.int64()}
+        table = pa.table({name: pa.array(values, kind) for (name, kind), values in zip(kinds.items(), columns,
+                                                                                       strict=True)})
+        with self._registered(table) as files:
+            groups = self.conn.execute(
+                f"""SELECT f.path IS NOT NULL AS settled, f.format, count(*), coalesce(sum(len(f.session_ids)), 0),
+                           list(w.partition_key) FILTER (f.path IS NOT NULL), list(w.path) FILTER (f.path IS NULL)
+                    FROM {files} w LEFT JOIN source_files f ON f.path = w.path AND f.size = w.size
+                        AND f.mtime_ns = w.mtime_ns AND f.status = 'indexed' AND f.stage_key = ?
+                    GROUP BY 1, 2 ORDER BY 1, 2""",
+                [stage_key],
+            ).fetchall()
+        pending = {path for settled, *_, paths in groups if not settled for path in paths}
+        return pending, [(fmt, files, sessions, keys) for settled, fmt, files, sessions, keys, _ in groups if settled]
+
     def quarantined_sha256(self, path: str) -> str | None:
         return self.scalar("SELECT sha256 FROM quarantine WHERE path = ?", [path])
 
     def quarantined_paths(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT path FROM quarantine").fetchall()]
+
+    def stored_files_besides(self, paths: Sequence[str]) -> list[dict[str, Any]]:
+        """Path and partition key of the stored files not marked missing, other than these (the ones a scan just
+        found: only the others can have gone)."""
+        with self._values(paths) as found:
+            return self.query(
+                f"SELECT path, partition_key FROM source_files WHERE status <> 'missing' "
+                f"AND path NOT IN (SELECT v FROM {found})"
+            )
 
     def indexed_paths(self) -> list[dict[str, Any]]:
         return self.query("SELECT path, partition_key, session_ids FROM source_files")
