@@ -1233,18 +1233,18 @@ class Warehouse(_Queries):
         ]
         if gone:
             with self._values(gone) as keys:
+                terms = [row[0] for row in self.conn.execute(  # one pass over the postings, however many there are
+                    f"DELETE FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys}) RETURNING term_id"
+                ).fetchall()]
+                self.conn.execute(f"DELETE FROM kw_docs WHERE doc_key IN (SELECT v FROM {keys})")
+            with self._values(terms) as lost:
                 self.conn.execute(
-                    f"""UPDATE kw_terms SET df = df - g.n FROM (
-                           SELECT term_id, count(*) AS n FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys})
-                           GROUP BY term_id) g
-                       WHERE kw_terms.term_id = g.term_id"""
+                    f"""UPDATE kw_terms SET df = df - g.n FROM (SELECT v, count(*) AS n FROM {lost} GROUP BY v) g
+                        WHERE kw_terms.term_id = g.v"""
                 )
                 self.conn.execute(  # terms no document holds any more, as a build from scratch would not have them
-                    f"""DELETE FROM kw_terms WHERE df = 0 AND term_id IN (
-                           SELECT DISTINCT term_id FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys}))"""
+                    f"DELETE FROM kw_terms WHERE df = 0 AND term_id IN (SELECT v FROM {lost})"
                 )
-                self.conn.execute(f"DELETE FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys})")
-                self.conn.execute(f"DELETE FROM kw_docs WHERE doc_key IN (SELECT v FROM {keys})")
         added = self.conn.execute(
             f"""INSERT INTO kw_docs
                 SELECT $corpus, {content_key('$corpus', 'doc_id', 'doc_hash')}, doc_id, session_id, NULL, doc_hash FROM {documents} x
