@@ -657,14 +657,15 @@ class _Queries:
             for r in rows
         ]
 
-    def earlier_summary_vectors(self, session: Mapping[str, Any]) -> list[list[float]]:
+    def earlier_summary_vectors(self, session: Mapping[str, Any]) -> list[Sequence[float]]:
         """The vectors of the summaries a recap of this session (its `sessions` row) measures novelty against."""
-        rows = self.conn.execute(
+        vectors = self.conn.execute(  # through Arrow: hundreds of vectors as Python floats cost ~50 ms a recap
             "SELECT v.embedding FROM "
             + EARLIER_SUMMARIES.format(project="$project", session="$session", start="$start"),
             {"project": session["project"], "session": session["session_id"], "start": session["started_at"]},
-        ).fetchall()
-        return [row[0] for row in rows]
+        ).to_arrow_table().column(0).combine_chunks()
+        values, offsets = vectors.values.to_numpy(zero_copy_only=False), vectors.offsets.to_numpy()
+        return [values[start:end] for start, end in zip(offsets[:-1], offsets[1:], strict=True)]
 
     def chunk_vectors(self, session_id: str) -> dict[int, list[float]]:
         if not self._table_exists("chunk_embeddings"):
@@ -796,13 +797,19 @@ class _Queries:
 
     def stored_recap(self, session_id: str, budget: int) -> tuple[str, str] | None:
         """(input fingerprint, text) of the recap made at index time, if any (none before schema 8)."""
+        return self.stored_recaps([session_id], budget).get(session_id)
+
+    def stored_recaps(self, session_ids: Sequence[str], budget: int) -> dict[str, tuple[str, str]]:
+        """Per session of these with a recap made at index time: (input fingerprint, text), in one query."""
         try:
-            row = self.conn.execute(
-                "SELECT input_fp, text FROM session_recaps WHERE session_id = ? AND budget = ?", [session_id, budget]
-            ).fetchone()
+            rows = self.conn.execute(
+                "SELECT session_id, input_fp, text FROM session_recaps WHERE budget = ? "
+                "AND session_id IN (SELECT unnest(?))",
+                [budget, list(session_ids)],
+            ).fetchall()
         except duckdb.CatalogException:
-            return None
-        return (row[0], row[1]) if row else None
+            return {}
+        return {session_id: (input_fp, text) for session_id, input_fp, text in rows}
 
     def load_collapsed(self, session_id: str) -> list[CollapsedMessage]:
         rows = self.query("SELECT * FROM collapsed_messages WHERE session_id = ? ORDER BY seq", [session_id])
@@ -1324,10 +1331,11 @@ class Warehouse(_Queries):
 
     def recap_candidates(self, per_project: int) -> list[dict[str, Any]]:
         """The latest `per_project` top-level sessions of each project, in the order the hook picks them
-        (SessionMemory.latest_session: the latest, or the one before it when the latest is starting now)."""
+        (SessionMemory.latest_session: the latest, or the one before it when the latest is starting now): the
+        columns a recap reads of them (recaps.session_recap), not every column of every session."""
         return self.query(
-            """SELECT * EXCLUDE (place) FROM (
-                   SELECT *, row_number() OVER (PARTITION BY project
+            """SELECT session_id, project, started_at FROM (
+                   SELECT session_id, project, started_at, row_number() OVER (PARTITION BY project
                        ORDER BY coalesce(ended_at, started_at) DESC NULLS LAST, session_id) AS place
                    FROM sessions WHERE parent_session_id IS NULL)
                WHERE place <= ? ORDER BY session_id""",
