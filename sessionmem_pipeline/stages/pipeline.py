@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -64,7 +63,7 @@ from sessionmem_pipeline.stages.summaries import (
     pending,
     summarize_sessions,
 )
-from sessionmem_pipeline.stages.threads import project_fingerprints, refresh_threads
+from sessionmem_pipeline.stages.threads import refresh_threads
 from sessionmem_pipeline.stages.transform import (
     chunk_session_rows,
     chunking_options,
@@ -496,15 +495,19 @@ def _summarize_through_batches(
 # ---- stages over everything ------------------------------------------------------------------------------------
 
 
+THREAD_INPUTS_TABLE = "thread_inputs"
+"""The threads stage's recorded input: each session's input is kept per session in that table (stages/threads.py),
+written with the threads, and compared with the sessions' inputs now by every run."""
+
+
 def threads(ctx: StageContext, report: StageReport) -> None:
-    """Threads of the sessions whose summaries changed, and of those linked with them (stages/threads.py)."""
-    per_project = project_fingerprints(ctx.wh)
-    input_fp = hashlib.md5(json.dumps(per_project, sort_keys=True).encode()).hexdigest()
-    if not ctx.global_is_stale(THREADS, input_fp):
-        return
+    """Threads of the sessions whose inputs (start, latest summary, project) changed since the stored threads were
+    built, and of those linked with them (stages/threads.py); a run in which none changed writes nothing."""
     report.threads = refresh_threads(ctx.wh, ctx.keys[THREADS.name])
+    if report.threads is None:
+        return
     with ctx.wh.transaction():
-        ctx.record(THREADS, {GLOBAL: input_fp})
+        ctx.record(THREADS, {GLOBAL: THREAD_INPUTS_TABLE})
 
 
 def memories(ctx: StageContext, roots: Sequence[Path], report: StageReport) -> None:
