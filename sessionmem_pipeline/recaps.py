@@ -71,13 +71,14 @@ def refresh_recaps(wh: Warehouse) -> int:
     """Make the hook's recaps whose inputs changed, for the latest PER_PROJECT sessions of each project, and drop
     the others (call inside a transaction). Returns how many were made."""
     sessions = wh.recap_candidates(PER_PROJECT)
-    fingerprints = wh.recap_fingerprints([s["session_id"] for s in sessions], RECAPS_MADE_BY)
+    ids = [s["session_id"] for s in sessions]
+    fingerprints = wh.recap_fingerprints(ids, RECAPS_MADE_BY)
+    stored = {sid: input_fp for sid, (input_fp, _) in wh.stored_recaps(ids, HOOK_BUDGET).items()}
     made = []
     for session in sessions:
         sid = session["session_id"]
-        stored = wh.stored_recap(sid, HOOK_BUDGET)
-        if stored is None or stored[0] != fingerprints[sid]:
+        if stored.get(sid) != fingerprints[sid]:
             text = session_recap(wh, session, HOOK_BUDGET).text
             made.append({"session_id": sid, "budget": HOOK_BUDGET, "input_fp": fingerprints[sid], "text": text})
-    wh.replace_recaps(made, [s["session_id"] for s in sessions])
+    wh.replace_recaps(made, ids)
     return len(made)

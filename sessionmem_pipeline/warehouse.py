@@ -657,14 +657,15 @@ class _Queries:
             for r in rows
         ]
 
-    def earlier_summary_vectors(self, session: Mapping[str, Any]) -> list[list[float]]:
+    def earlier_summary_vectors(self, session: Mapping[str, Any]) -> list[Sequence[float]]:
         """The vectors of the summaries a recap of this session (its `sessions` row) measures novelty against."""
-        rows = self.conn.execute(
+        vectors = self.conn.execute(  # through Arrow: hundreds of vectors as Python floats cost ~50 ms a recap
             "SELECT v.embedding FROM "
             + EARLIER_SUMMARIES.format(project="$project", session="$session", start="$start"),
             {"project": session["project"], "session": session["session_id"], "start": session["started_at"]},
-        ).fetchall()
-        return [row[0] for row in rows]
+        ).to_arrow_table().column(0).combine_chunks()
+        values, offsets = vectors.values.to_numpy(zero_copy_only=False), vectors.offsets.to_numpy()
+        return [values[start:end] for start, end in zip(offsets[:-1], offsets[1:], strict=True)]
 
     def chunk_vectors(self, session_id: str) -> dict[int, list[float]]:
         if not self._table_exists("chunk_embeddings"):
@@ -701,11 +702,45 @@ class _Queries:
             for row in rows
         }
 
+    def settled_sources(
+        self, walked: Sequence[tuple[str, str, int, int]], stage_key: str
+    ) -> tuple[set[str], list[tuple[str | None, int, int, list[str]]]]:
+        """Change detection for the walked files (path, partition key, size, mtime_ns), in one query: the paths
+        whose stat differs from their indexed state under this ingest key (or that have none), which ingest must
+        look at; and the others (settled: unchanged) per format as (format, files, sessions, partition keys),
+        with no row per file handed back."""
+        import pyarrow as pa  # the writer's path only: readers do not pay for it
+
+        columns = list(zip(*walked, strict=True)) or [(), (), (), ()]
+        kinds = {"path": pa.string(), "partition_key": pa.string(), "size": pa.int64(), "mtime_ns": pa.int64()}
+        table = pa.table({name: pa.array(values, kind) for (name, kind), values in zip(kinds.items(), columns,
+                                                                                       strict=True)})
+        with self._registered(table) as files:
+            groups = self.conn.execute(
+                f"""SELECT f.path IS NOT NULL AS settled, f.format, count(*), coalesce(sum(len(f.session_ids)), 0),
+                           list(w.partition_key) FILTER (f.path IS NOT NULL), list(w.path) FILTER (f.path IS NULL)
+                    FROM {files} w LEFT JOIN source_files f ON f.path = w.path AND f.size = w.size
+                        AND f.mtime_ns = w.mtime_ns AND f.status = 'indexed' AND f.stage_key = ?
+                    GROUP BY 1, 2 ORDER BY 1, 2""",
+                [stage_key],
+            ).fetchall()
+        pending = {path for settled, *_, paths in groups if not settled for path in paths}
+        return pending, [(fmt, files, sessions, keys) for settled, fmt, files, sessions, keys, _ in groups if settled]
+
     def quarantined_sha256(self, path: str) -> str | None:
         return self.scalar("SELECT sha256 FROM quarantine WHERE path = ?", [path])
 
     def quarantined_paths(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT path FROM quarantine").fetchall()]
+
+    def stored_files_besides(self, paths: Sequence[str]) -> list[dict[str, Any]]:
+        """Path and partition key of the stored files not marked missing, other than these (the ones a scan just
+        found: only the others can have gone)."""
+        with self._values(paths) as found:
+            return self.query(
+                f"SELECT path, partition_key FROM source_files WHERE status <> 'missing' "
+                f"AND path NOT IN (SELECT v FROM {found})"
+            )
 
     def indexed_paths(self) -> list[dict[str, Any]]:
         return self.query("SELECT path, partition_key, session_ids FROM source_files")
@@ -762,13 +797,19 @@ class _Queries:
 
     def stored_recap(self, session_id: str, budget: int) -> tuple[str, str] | None:
         """(input fingerprint, text) of the recap made at index time, if any (none before schema 8)."""
+        return self.stored_recaps([session_id], budget).get(session_id)
+
+    def stored_recaps(self, session_ids: Sequence[str], budget: int) -> dict[str, tuple[str, str]]:
+        """Per session of these with a recap made at index time: (input fingerprint, text), in one query."""
         try:
-            row = self.conn.execute(
-                "SELECT input_fp, text FROM session_recaps WHERE session_id = ? AND budget = ?", [session_id, budget]
-            ).fetchone()
+            rows = self.conn.execute(
+                "SELECT session_id, input_fp, text FROM session_recaps WHERE budget = ? "
+                "AND session_id IN (SELECT unnest(?))",
+                [budget, list(session_ids)],
+            ).fetchall()
         except duckdb.CatalogException:
-            return None
-        return (row[0], row[1]) if row else None
+            return {}
+        return {session_id: (input_fp, text) for session_id, input_fp, text in rows}
 
     def load_collapsed(self, session_id: str) -> list[CollapsedMessage]:
         rows = self.query("SELECT * FROM collapsed_messages WHERE session_id = ? ORDER BY seq", [session_id])
@@ -1199,18 +1240,18 @@ class Warehouse(_Queries):
         ]
         if gone:
             with self._values(gone) as keys:
+                terms = [row[0] for row in self.conn.execute(  # one pass over the postings, however many there are
+                    f"DELETE FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys}) RETURNING term_id"
+                ).fetchall()]
+                self.conn.execute(f"DELETE FROM kw_docs WHERE doc_key IN (SELECT v FROM {keys})")
+            with self._values(terms) as lost:
                 self.conn.execute(
-                    f"""UPDATE kw_terms SET df = df - g.n FROM (
-                           SELECT term_id, count(*) AS n FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys})
-                           GROUP BY term_id) g
-                       WHERE kw_terms.term_id = g.term_id"""
+                    f"""UPDATE kw_terms SET df = df - g.n FROM (SELECT v, count(*) AS n FROM {lost} GROUP BY v) g
+                        WHERE kw_terms.term_id = g.v"""
                 )
                 self.conn.execute(  # terms no document holds any more, as a build from scratch would not have them
-                    f"""DELETE FROM kw_terms WHERE df = 0 AND term_id IN (
-                           SELECT DISTINCT term_id FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys}))"""
+                    f"DELETE FROM kw_terms WHERE df = 0 AND term_id IN (SELECT v FROM {lost})"
                 )
-                self.conn.execute(f"DELETE FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys})")
-                self.conn.execute(f"DELETE FROM kw_docs WHERE doc_key IN (SELECT v FROM {keys})")
         added = self.conn.execute(
             f"""INSERT INTO kw_docs
                 SELECT $corpus, {content_key('$corpus', 'doc_id', 'doc_hash')}, doc_id, session_id, NULL, doc_hash FROM {documents} x
@@ -1290,10 +1331,11 @@ class Warehouse(_Queries):
 
     def recap_candidates(self, per_project: int) -> list[dict[str, Any]]:
         """The latest `per_project` top-level sessions of each project, in the order the hook picks them
-        (SessionMemory.latest_session: the latest, or the one before it when the latest is starting now)."""
+        (SessionMemory.latest_session: the latest, or the one before it when the latest is starting now): the
+        columns a recap reads of them (recaps.session_recap), not every column of every session."""
         return self.query(
-            """SELECT * EXCLUDE (place) FROM (
-                   SELECT *, row_number() OVER (PARTITION BY project
+            """SELECT session_id, project, started_at FROM (
+                   SELECT session_id, project, started_at, row_number() OVER (PARTITION BY project
                        ORDER BY coalesce(ended_at, started_at) DESC NULLS LAST, session_id) AS place
                    FROM sessions WHERE parent_session_id IS NULL)
                WHERE place <= ? ORDER BY session_id""",

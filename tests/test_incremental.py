@@ -48,6 +48,9 @@ def test_unchanged_files_are_skipped_without_work(env: dict) -> None:
     again = index_sources(env["settings"])
     assert again.decisions == {"unchanged": 2}
     assert (again.messages_written, again.chunks, again.embedded, again.snapshot) == (0, 0, 0, None)
+    # settled files are counted per format as read ones are (`index` prints files and sessions per format)
+    assert again.formats == {name: {**counts, "messages": 0} for name, counts in first.formats.items()}
+    assert sum(counts["files"] for counts in again.formats.values()) == 2
 
 
 def test_only_files_whose_stat_moved_reach_the_per_file_ingest(env: dict, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -146,9 +146,13 @@ def test_publishing_never_disturbs_an_open_reader_and_reuses_the_spare_once_free
     free_spare = spare.stat().st_ino
     add_and_publish("s4")  # now the spare is rewritten where it differs and becomes the snapshot
     assert snapshot_path(path).stat().st_ino == free_spare
+    assert snapshot_path(path).read_bytes() == path.read_bytes()
     reader = open_reader(path)
     assert sessions(reader) == 4
     reader.close()
+    for n in range(5, 9):  # the spare (two generations back) rewritten block by block, each time the live file's bytes
+        add_and_publish(f"s{n}")
+        assert snapshot_path(path).read_bytes() == path.read_bytes()
 
 
 def test_a_rebuild_keeps_every_row_and_the_indexes(tmp_path: Path) -> None:

@@ -95,21 +95,6 @@ def session_fingerprint(session: ParsedSession) -> str:
     return digest.hexdigest()
 
 
-def unchanged_since_walk(
-    source: SourceFile, stored: tuple[changes.IndexedState | None, dict | None], key: str, *, full: bool = False
-) -> IngestOutcome | None:
-    """The outcome of a file whose stat at the walk equals its indexed state under this ingest key: unchanged,
-    settled without another stat, a transaction or a read (most files of a long history, on every run: cost that
-    follows the change, not the history). A change after the walk is the next run's, as one after the ingest is.
-    None when ingest_file must decide."""
-    previous, row = stored
-    if full or previous is None or row is None or row["stage_key"] != key:
-        return None
-    if (source.stat.size, source.stat.mtime_ns) != (previous.size, previous.mtime_ns):
-        return None
-    return _as_stored(IngestOutcome(source.path, source.partition_key, changes.UNCHANGED), row)
-
-
 def _as_stored(outcome: IngestOutcome, row: dict | None) -> IngestOutcome:
     """An unchanged file's outcome carries the sessions and format its stored row names."""
     outcome.session_ids = list(row["session_ids"] or []) if row else []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,13 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sessionmem_pipeline.core import changes
 from sessionmem_pipeline.core.errors import ErrorType, SessionMemoryError
 from sessionmem_pipeline.providers.embedders import OpenAIEmbedder
 from sessionmem_pipeline.providers.llm import OpenAIChatModel
 from sessionmem_pipeline.recaps import RECAPS_MADE_BY, refresh_recaps
 from sessionmem_pipeline.stages.discover import Discovery, SourceFile, file_stat, record_source_problems
 from sessionmem_pipeline.stages.embed import embed_sessions
-from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing, unchanged_since_walk
+from sessionmem_pipeline.stages.ingest import IngestOutcome, ingest_file, mark_missing
 from sessionmem_pipeline.stages.ingest_staging import StagedParses, read_parses
 from sessionmem_pipeline.stages.memories import find_memory_files, ingest_memories
 from sessionmem_pipeline.stages.privacy import remove_excluded_sessions
@@ -63,7 +63,7 @@ from sessionmem_pipeline.stages.summaries import (
     pending,
     summarize_sessions,
 )
-from sessionmem_pipeline.stages.threads import project_fingerprints, refresh_threads
+from sessionmem_pipeline.stages.threads import refresh_threads
 from sessionmem_pipeline.stages.transform import (
     chunk_session_rows,
     chunking_options,
@@ -126,6 +126,18 @@ class StageReport:
         counts = self.per_session.setdefault(session_id, {})
         counts[name] = counts.get(name, 0) + value
 
+    def add_settled(self, fmt: str | None, files: int, sessions: int, partition_keys: Sequence[str]) -> None:
+        """Files of one format settled unchanged from the walk's stat (pipeline._changed_since_walk), counted as
+        `add_ingest` counts an unchanged file; a row per file only for the `partition_keys` given (a Dagster step
+        names each of its partitions)."""
+        self.decisions[changes.UNCHANGED] = self.decisions.get(changes.UNCHANGED, 0) + files
+        for key in partition_keys:
+            self.per_file[key] = {"decision": changes.UNCHANGED, "format": fmt or "", "messages_written": 0}
+        if fmt:
+            found = self.formats.setdefault(fmt, {"files": 0, "sessions": 0, "messages": 0})
+            found["files"] += files
+            found["sessions"] += sessions
+
     def add_ingest(self, outcome: IngestOutcome) -> None:
         decision = "quarantined" if outcome.quarantine_reason else outcome.decision
         self.decisions[decision] = self.decisions.get(decision, 0) + 1
@@ -175,15 +187,9 @@ def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: boo
     report.source_problems += [asdict(p) for p in scan.problems]
     report.excluded += [{"path": path, "reason": str(why)} for path, why in scan.excluded]
     report.files_seen += len(scan.files)
-    stored = ctx.wh.source_states([source.path for source in scan.files])
     key = ctx.keys[INGEST.name]
-    pending = []
-    for source in scan.files:
-        settled = unchanged_since_walk(source, stored.get(source.path, (None, None)), key, full=full)
-        if settled is None:
-            pending.append(source)
-        else:
-            report.add_ingest(settled)
+    pending = _changed_since_walk(ctx, scan.files, report, full=full)
+    stored = ctx.wh.source_states([source.path for source in pending])
     parses = read_parses(ctx.settings, key)
 
     def ingest_one(source: SourceFile) -> IngestOutcome:
@@ -204,6 +210,22 @@ def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: boo
     removed = remove_excluded_sessions(ctx.wh, ctx.settings)
     report.excluded_removed += len(removed)
     report.excluded += [{"session_id": sid, "reason": reason} for sid, reason in removed]
+
+
+def _changed_since_walk(
+    ctx: StageContext, files: Sequence[SourceFile], report: StageReport, *, full: bool
+) -> list[SourceFile]:
+    """The files whose stat at the walk differs from their indexed state under the ingest key (all of them when
+    `full`), for the per-file ingest; the others are unchanged, settled without a read, a transaction or a row
+    of their own handed back (most files of a long history, on every run: cost that follows the change). A change
+    after the walk is the next run's, as one after the ingest is."""
+    if full:
+        return list(files)
+    walked = [(source.path, source.partition_key, source.stat.size, source.stat.mtime_ns) for source in files]
+    changed, settled = ctx.wh.settled_sources(walked, ctx.keys[INGEST.name])
+    for fmt, count, sessions, keys in settled:
+        report.add_settled(fmt, count, sessions, keys if ctx.partition_keys is not None else ())
+    return [source for source in files if source.path in changed]
 
 
 INGEST_BATCH = 100
@@ -235,10 +257,7 @@ def mark_missing_sources(
     there: only the others are looked at again."""
     prefixes = tuple(str(Path(r).resolve()) + os.sep for r in roots) if roots is not None else None
     keys = set(ctx.partition_keys) if ctx.partition_keys is not None else None
-    found = {source.path for source in scan.files} if scan is not None else set()
-    for row in ctx.wh.query("SELECT path, partition_key, status FROM source_files WHERE status <> 'missing'"):
-        if row["path"] in found:
-            continue
+    for row in ctx.wh.stored_files_besides([source.path for source in scan.files] if scan is not None else []):
         if prefixes is not None and not row["path"].startswith(prefixes):
             continue
         if keys is not None and row["partition_key"] not in keys:
@@ -476,15 +495,19 @@ def _summarize_through_batches(
 # ---- stages over everything ------------------------------------------------------------------------------------
 
 
+THREAD_INPUTS_TABLE = "thread_inputs"
+"""The threads stage's recorded input: each session's input is kept per session in that table (stages/threads.py),
+written with the threads, and compared with the sessions' inputs now by every run."""
+
+
 def threads(ctx: StageContext, report: StageReport) -> None:
-    """Threads of the sessions whose summaries changed, and of those linked with them (stages/threads.py)."""
-    per_project = project_fingerprints(ctx.wh)
-    input_fp = hashlib.md5(json.dumps(per_project, sort_keys=True).encode()).hexdigest()
-    if not ctx.global_is_stale(THREADS, input_fp):
-        return
+    """Threads of the sessions whose inputs (start, latest summary, project) changed since the stored threads were
+    built, and of those linked with them (stages/threads.py); a run in which none changed writes nothing."""
     report.threads = refresh_threads(ctx.wh, ctx.keys[THREADS.name])
+    if report.threads is None:
+        return
     with ctx.wh.transaction():
-        ctx.record(THREADS, {GLOBAL: input_fp})
+        ctx.record(THREADS, {GLOBAL: THREAD_INPUTS_TABLE})
 
 
 def memories(ctx: StageContext, roots: Sequence[Path], report: StageReport) -> None:

@@ -8,23 +8,13 @@ the snapshot, published once the writer has checkpointed and closed the warehous
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sessionmem_pipeline.warehouse import Warehouse
 
 
-@dataclass
-class IndexOutcome:
-    chunks: int
-    vectors: int
-
-
-def refresh_search_index(wh: Warehouse) -> IndexOutcome:
+def refresh_search_index(wh: Warehouse) -> None:
     """Index every document if the keyword index is new, re-sort its postings and fold new vectors into the HNSW
     index when due. Not checkpointed here: every caller checkpoints once it has recorded the run (a second
     checkpoint per run cost about 0.1 s of CPU at 1k and 10k chunks, measured by benchmarks/incremental.py)."""
     wh.ensure_keyword_index()
     wh.compact_keyword_index()
     wh.maintain_vector_index()
-    vectors = wh.scalar("SELECT count(*) FROM chunk_embeddings") if wh.get_meta("embedding_model") else 0
-    return IndexOutcome(wh.scalar("SELECT count(*) FROM chunks"), vectors)

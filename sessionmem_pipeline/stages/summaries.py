@@ -33,13 +33,15 @@ WRITE_BATCH = 50  # summaries embedded and committed together
 
 PENDING_SQL = """
     SELECT s.session_id, s.partition_key, s.ended_at, s.summary_version,
-           (SELECT count(*) FROM collapsed_messages m WHERE m.session_id = s.session_id AND m.seq > coalesce(
+           (SELECT count(*) FROM collapsed_messages m WHERE m.session_id = s.session_id AND {messages} AND m.seq > coalesce(
                (SELECT max(m2.seq) FROM collapsed_messages m2 JOIN session_summaries v
                     ON v.session_id = m2.session_id AND v.last_message_id = m2.message_id
-                WHERE v.session_id = s.session_id AND v.version = s.summary_version), -1)) AS unsummarized
-    FROM sessions s
+                WHERE v.session_id = s.session_id AND {earlier} AND v.version = s.summary_version), -1)) AS unsummarized
+    FROM sessions s WHERE {sessions}
 """
-"""Per session: its latest message time and how many collapsed messages its latest summary does not cover."""
+"""Per session (of those the scope conditions on `m.session_id`, `m2.session_id` and `s.session_id` keep): its
+latest message time and how many collapsed messages its latest summary does not cover. The scope is repeated
+inside the subqueries: DuckDB joins them over every collapsed message otherwise."""
 
 
 @dataclass
@@ -55,9 +57,11 @@ class SummaryOutcome:
 def pending(conn: duckdb.DuckDBPyConnection, session_ids: Sequence[str] | None = None) -> list[dict]:
     """Rows of PENDING_SQL, for these sessions only when given."""
     if session_ids is None:
-        cursor = conn.execute(PENDING_SQL)
+        cursor = conn.execute(PENDING_SQL.format(messages="TRUE", earlier="TRUE", sessions="TRUE"))
     else:
-        cursor = conn.execute(f"{PENDING_SQL} WHERE s.session_id IN (SELECT unnest(?))", [list(session_ids)])
+        scope = {alias: f"{column}.session_id IN (SELECT unnest($ids))"
+                 for alias, column in (("messages", "m"), ("earlier", "m2"), ("sessions", "s"))}
+        cursor = conn.execute(PENDING_SQL.format(**scope), {"ids": list(session_ids)})
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 

@@ -46,15 +46,6 @@ REACH = timedelta(days=MAX_GAP_DAYS + 1)
 difference of starts); a day of margin keeps the cut on the safe side of rounding."""
 
 
-def project_fingerprints(wh: Warehouse) -> dict[str, str]:
-    """Per project, a fingerprint of what its threads are built from (the stage runs when one changes)."""
-    rows = wh.conn.execute(
-        f"""SELECT coalesce(s.project, '') AS project, md5(string_agg({SESSION_INPUT}, ',' ORDER BY s.session_id))
-            {THREAD_INPUTS} GROUP BY 1"""
-    ).fetchall()
-    return dict(rows)
-
-
 def _inputs(wh: Warehouse, session_ids: Sequence[str]) -> list[ThreadInput]:
     """The sessions' thread inputs; starts read as microseconds and vectors through Arrow (per-row conversion of
     time zones and float lists was most of a small update's cost)."""
@@ -176,15 +167,19 @@ def _relink(
     return new_links, touched.union(*to_cluster), to_cluster, computed
 
 
-def refresh_threads(wh: Warehouse, stage_key: str) -> int:
+def refresh_threads(wh: Warehouse, stage_key: str) -> int | None:
     """Bring the threads up to date with the sessions' inputs (all of them when the stage key changed); the number
-    of threads rebuilt."""
+    of threads rebuilt, None when no session's input changed (nothing written: the comparison with `thread_inputs`
+    is the stage's change detection)."""
     now = datetime.now(UTC)
     with wh.transaction():
-        if json.loads(wh.get_meta(THREADS_BUILT) or "{}").get("key") != stage_key:
+        new_key = json.loads(wh.get_meta(THREADS_BUILT) or "{}").get("key") != stage_key
+        if new_key:
             for table in ("session_threads", "thread_links", "thread_inputs"):
                 wh.conn.execute(f"DELETE FROM {table}")
         changes, inputs_now = _changed_sessions(wh)
+        if not changes and not new_key:
+            return None
         new_links, touched, components, inputs, scores = [], set(), [], {}, {}
         for project, changed in sorted(changes.items()):
             links, project_touched, project_components, scores[project] = _relink(wh, project, changed, inputs)
