@@ -9,8 +9,8 @@ N equal-sized synthetic Claude Code sessions. The embedding server is the tests'
 - one worker (`compute_sessions` in this process: collapse, chunk, embed, over a warehouse ingested once) with 1
   vs 8 requests in flight;
 - the Dagster path, from an empty warehouse: a real instance (DAGSTER_HOME with this repo's dagster.yaml; runs
-  launched as the README's set-up launches them, with `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one
-  planned event per asset of a run; `--planned-per-partition`, Dagster's default, one per asset and partition), the
+  launched as the team deployment (deploy/) launches them, with
+  `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one planned event per asset of a run; `--planned-per-partition`, Dagster's default, one per asset and partition), the
   compute pool's limit set with `dagster instance concurrency set sessionmem_compute K`, K worker processes each
   covering 1/K of the partitions (one request in flight). Each worker runs `staged_parses` (parse, privacy rules,
   redaction) at once with the others, then the writer commits them (`raw_messages`, which publishes the snapshot);
@@ -83,7 +83,7 @@ def write_sessions(root: Path, count: int, messages: int = 80) -> None:
 
 def dagster_instance(base: Path, *, planned_per_partition: bool = False) -> Path:
     """DAGSTER_HOME for this process and the ones it starts: this repo's dagster.yaml with its storage under
-    `base`, and the environment the README's set-up gives the processes that launch runs
+    `base`, and the environment the team deployment (deploy/) gives the processes that launch runs
     (`DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one planned event per asset of a run, not one per asset
     and partition), unless `planned_per_partition` (Dagster's default, for comparison)."""
     home = base / "dagster_home"

@@ -6,7 +6,7 @@ taking what the compute steps staged, without the latency of compute around them
         [--planned-per-partition]
 
 benchmarks/scale_out.py's N equal-sized sessions, configuration and Dagster instance (one planned event per asset of
-a run, as the README's set-up launches runs; `--planned-per-partition`: Dagster's default, one per asset and
+a run, as the team deployment (deploy/) launches runs; `--planned-per-partition`: Dagster's default, one per asset and
 partition), embedding server on 127.0.0.1 with no latency here, `--repeat` times from an empty warehouse:
 `staged_parses` (in this process), the writer's ingest run, `staged_results`, the writer's commit run; CPU seconds
 (`time.process_time`: a loaded machine inflates them less than wall time) of the two writer runs per session, their
