@@ -10,8 +10,8 @@ N equal-sized synthetic Claude Code sessions. The embedding server is the tests'
   vs 8 requests in flight;
 - the Dagster path, from an empty warehouse: a real instance (DAGSTER_HOME with this repo's dagster.yaml; runs
   launched as the team deployment (deploy/) launches them, with
-  `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one planned event per asset of a run; `--planned-per-partition`, Dagster's default, one per asset and partition), the
-  compute pool's limit set with `dagster instance concurrency set sessionmem_compute K`, K worker processes each
+  `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one planned event per asset of a run;
+  `--planned-per-partition`, Dagster's default, one per asset and partition), the compute pool's limit set with `dagster instance concurrency set sessionmem_compute K`, K worker processes each
   covering 1/K of the partitions (one request in flight). Each worker runs `staged_parses` (parse, privacy rules,
   redaction) at once with the others, then the writer commits them (`raw_messages`, which publishes the snapshot);
   each worker then runs `staged_results`, and one writer run commits everything (`collapsed_messages`, `chunks`,
