@@ -9,23 +9,22 @@ N equal-sized synthetic Claude Code sessions. The embedding server is the tests'
 - one worker (`compute_sessions` in this process: collapse, chunk, embed, over a warehouse ingested once) with 1
   vs 8 requests in flight;
 - the Dagster path, from an empty warehouse: a real instance (DAGSTER_HOME with this repo's dagster.yaml; runs
-  launched as the team deployment (deploy/) launches them, with
-  `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one planned event per asset of a run;
-  `--planned-per-partition`, Dagster's default, one per asset and partition), the compute pool's limit set with `dagster instance concurrency set sessionmem_compute K`, K worker processes each
+  launched as the team deployment (deploy/) launches them, with `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`:
+  one planned event per asset of a run; `--planned-per-partition`, Dagster's default, one per asset and partition),
+  the compute pool's limit set with `dagster instance concurrency set sessionmem_compute K`, K worker processes each
   covering 1/K of the partitions (one request in flight). Each worker runs `staged_parses` (parse, privacy rules,
   redaction) at once with the others, then the writer commits them (`raw_messages`, which publishes the snapshot);
   each worker then runs `staged_results`, and one writer run commits everything (`collapsed_messages`, `chunks`,
-  `chunk_embeddings`, `session_summaries`). `compute s` is first start to last end of the K runs of each phase,
-  added (process start-up excluded: a worker loads its tokenizer and imports `openai` before its first run, as a
-  long-lived worker, deploy/'s Celery worker, has); `ingest s` and `commit s` the two writer runs (the latter's
-  steps checked not to overlap). The phases run in lockstep, the writer never beside compute: in Dagster 1.13 a run
-  whose next step waits for a pool slot polls for it without sleeping (a core busy the whole wait), so runs that
-  queue on the writer pool cost the compute the CPU they would overlap with (README, Scaling out). Sessions/s and
-  the speedup over K=1 are of the four together. `--parse-in-writer` leaves out `staged_parses` (raw_messages
-  parses, as before the split; also runs against code without it). The stages over everything (`session_threads`,
-  `memories`, `search_index`: not split, the same work for every K) follow in another run, `global s`, shown with
-  the speedup they leave. The final warehouse is compared whole (every table, run ids and timestamps aside) with a
-  serial `index_sources` run's.
+  `chunk_embeddings`, `session_summaries`). `compute s` is first start to last end of the K runs of each phase, added
+  (process start-up excluded: a worker loads its tokenizer and imports `openai` before its first run, as a long-lived
+  worker, deploy/'s Celery worker, has); `ingest s` and `commit s` the two writer runs (the latter's steps checked not
+  to overlap). The phases run in lockstep, the writer never beside compute: in Dagster 1.13 a run whose next step
+  waits for a pool slot polls for it without sleeping (a core busy the whole wait), so runs that queue on the writer
+  pool cost the compute the CPU they would overlap with (README, Scaling out). Sessions/s and the speedup over K=1 are
+  of the four together. `--parse-in-writer` leaves out `staged_parses` (raw_messages parses, as before the split; also
+  runs against code without it). The stages over everything (`session_threads`, `memories`, `search_index`: not split,
+  the same work for every K) follow in another run, `global s`, shown with the speedup they leave. The final warehouse
+  is compared whole (every table, run ids and timestamps aside) with a serial `index_sources` run's.
 """
 
 from __future__ import annotations
