@@ -414,7 +414,6 @@ def _is_blank(value: str) -> bool:
         or (len(value) >= 8 and _is_filler(stripped := _SEPARATORS.sub("", value)))  # `00000000-0000-…`: a zero UUID
         or (16 <= len(value) <= 200 and " " not in value and _is_chunk_filler(stripped))
         or _is_alphabet(value)
-        or _is_typed_filler(value)
         or value.startswith("[REDACTED")
         or _is_reference(value)
         or bool(_VALUE_CODE.search(value))
@@ -716,11 +715,16 @@ def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
         return any(c.isupper() for c in token)
     if kind in ("truenas-key", "mandrill-key", "cratesio-token"):  # random mixed case, not a hex digest or a word
         return _has_letter_and_digit(m) and any(c.isupper() for c in token[3:]) and any(c.islower() for c in token[3:])
-    if kind in (KIND_OPENAI, "octopus-key", "discord-token", "telegram-token", "onepassword-secret-key", "maxmind-key", "live-key"):
+    if kind == "live-key":  # `rzp_live_…`, not a test function `run_test_oauth2Authentication`
+        return _has_letter_and_digit(m) and not _CAMEL_CASE_WORDS.fullmatch(token.split("_", 2)[2])
+    if kind in (KIND_OPENAI, "octopus-key", "discord-token", "telegram-token", "onepassword-secret-key", "maxmind-key"):
         return _has_letter_and_digit(m)
     if kind == KIND_SLACK:  # not `xoxp-1234567890` nor a prefix whose secret part is `####`
         return not token.endswith("-") and any(c.isalpha() for c in token[5:])
     return True
+
+
+_CAMEL_CASE_WORDS = re.compile(r"[a-z]+\d*(?:[A-Z][a-z]{2,}\d*)+")  # `oauth2Authentication`, `parseUtf8Headers`
 
 
 def _alternatives(pattern: str) -> list[str]:
@@ -790,7 +794,9 @@ def _provider_rules() -> tuple[_Rule, ...]:
 def _accept_value_below_name(m: re.Match[str]) -> bool:
     """A key or token alone on the line below a credential name (not a URL, a path or a sentence)."""
     name, value = m.group("name") or m.group("tag"), m.group("value")
-    if _name_strength(name) != _STRONG or _is_excluded_value(value) or _names_a_secret(value, name):
+    if _name_strength(name) != _STRONG or _is_excluded_value(value) or _is_stand_in(name, value):
+        return False
+    if _names_a_secret(value, name):
         return False
     return _looks_like_credential(value) and not _looks_like_code(value, "")
 
@@ -799,7 +805,9 @@ def _accept_spaced_value(m: re.Match[str]) -> bool:
     """`softlayer-api-key <value>`: only under a strong name and for a value as random as a key or a long hex;
     under a password name (`ldap_bind_pw Ld4pB1nd`), letters with digits or symbols."""
     name, value = m.group("name"), m.group("value")
-    if _name_strength(name) != _STRONG or _is_excluded_value(value) or _names_a_secret(value, name):
+    if _name_strength(name) != _STRONG or _is_excluded_value(value) or _is_stand_in(name, value):
+        return False
+    if _names_a_secret(value, name):
         return False
     if _is_password_name(name):
         return _accept_prose_password_value(value)
@@ -810,7 +818,7 @@ def _accept_name_value_pair(m: re.Match[str]) -> bool:
     """A `name:`/`value:` pair: judged as the value of that name."""
     name, value = m.group("name") or m.group("json_name"), m.group("value") or m.group("json_value")
     strength = _name_strength(name)
-    if strength == _NONE or _is_excluded_value(value) or _names_a_secret(value, name):
+    if strength == _NONE or _is_excluded_value(value) or _is_stand_in(name, value) or _names_a_secret(value, name):
         return False
     return _is_named_credential(name, value) if strength == _STRONG else _looks_random(value)
 
@@ -979,7 +987,7 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         return False
     group = next(g for g in _KV_VALUE_GROUPS if m.group(g) is not None)
     value = m.group(group)
-    if _is_excluded_value(value) or _names_a_secret(value, name):
+    if _is_excluded_value(value) or _is_stand_in(name, value) or _names_a_secret(value, name):
         return False
     if m.string[m.end() : m.end() + 1] in ("<", "{", "$"):
         return False  # `dop_v1_<your-token>`: the start of a template, not a value
@@ -1011,8 +1019,6 @@ def _accept_assignment(m: re.Match[str]) -> bool:
             if "/" in value or _is_labelled_hex(value):
                 return False  # `key: deps-<hex>`: a cache key
             return _looks_random(value) or _is_vendor_hex_key(vendor_name, value)
-    if _is_short_word(name, value):
-        return False
     if _is_password_name(name) and (group == "v_bare" or env_style):
         return True  # a .env or shell password may be a phrase: `KEYSTORE_PASSWORD='my secret pass 9'`
     if group == "v_bare" and env_style:
@@ -1043,10 +1049,13 @@ def _word_before(text: str, start: int) -> str:
     return before.group(1).lower() if before else ""
 
 
-def _is_short_word(name: str, value: str) -> bool:
-    """`API_TOKEN=short`: a word of a few letters under a key or token name is a stand-in (keys and tokens are
-    longer and have digits); under a password or secret name it may be the (weak) password."""
-    return len(value) < _KEY_SHORTEST and value.isalpha() and not _is_password_name(name) and not _is_secret_name(name)
+def _is_stand_in(name: str, value: str) -> bool:
+    """`API_TOKEN=short`, `API_KEY=abcdef1234`: a word of a few letters or a value typed out in order under a key or
+    token name is a stand-in (keys and tokens are longer and random); under a password or secret name it may be the
+    (weak) password itself (`DB_PASSWORD=test1234`), so it is redacted there."""
+    if _is_password_name(name) or _is_secret_name(name):
+        return False
+    return (len(value) < _KEY_SHORTEST and value.isalpha()) or _is_typed_filler(value.strip())
 
 
 _KEY_SHORTEST = 8
@@ -1091,7 +1100,7 @@ def _accept_named_value(m: re.Match[str]) -> bool:
     name = groups.get("name") or groups.get("entry_name") or groups.get("element")
     value = groups.get("value") or groups.get("entry") or groups.get("element_value")
     strength = _name_strength(name)
-    if strength == _NONE or _is_excluded_value(value) or _names_a_secret(value, name):
+    if strength == _NONE or _is_excluded_value(value) or _is_stand_in(name, value) or _names_a_secret(value, name):
         return False
     return _is_named_credential(name, value) if strength == _STRONG else _looks_random(value)
 
@@ -1201,7 +1210,10 @@ _DATA_BASE64 = (  # base64 of images, fonts, PDFs, XML and JSON (`eyJ` is `{"`; 
     "iVBORw0KGgo", "R0lGOD", "PHN2Zy", "PD94bWwg", "d09GMg", "d09GRg", "UklGR", "AAAA", "Qk0", "SUkq", "JVBERi0", "eyJ",
 )
 _PLACEHOLDER_PREFIXES = frozenset("foo bar baz qux test dummy fake example sample my your demo".split())
-_PLACEHOLDER_AT_END = re.compile(r"\[REDACTED:[a-z0-9-]+\][ \t]*$")  # also after blanks: `name=[REDACTED:…] <value>`
+_PLACEHOLDER_AT_END = re.compile(r"\[REDACTED:[a-z0-9-]+\]$|\[REDACTED:password\][ \t]+$")
+"""The end of a placeholder right before a value: the rest of a value another rule redacted, or the word after a
+password that took a name (`password=token: <key>`: only a password's placeholder, so a key after another
+placeholder, which sessionmem's own output may put in a transcript, is still judged)."""
 _PEM_BLOCK_LONGEST = 16_000  # a certificate or key block: the private key rule reads 12,000 characters
 _NOT_PEM_BODY = re.compile(r"[^A-Za-z0-9+/=\s\\:,-]")  # ends the body of a block cut short, as the private key rule reads it
 _DATA_BEFORE = ("base64,", "ssh-rsa ", "ssh-ed25519 ", "$", "}", "@")  # media, ssh keys, `$6$salt$HASH`, `{SSHA}…`, `pkg@…`
@@ -1312,14 +1324,16 @@ def _stands_alone(text: str, start: int, end: int) -> bool:
 
 
 def _is_wrapped_base64_line(text: str, line_start: int, line_end: int) -> bool:
-    """The line between the offsets has a neighbour line of 40 or more token characters: a base64 block. A
-    neighbour that is a placeholder counts too: it was such a line before it was redacted (keeps redaction
-    idempotent)."""
+    """The line between the offsets has a neighbour line of 40 or more token characters: a base64 block. For a line
+    of 40 or more itself, a neighbour that is a placeholder counts too: it was such a line before it was redacted
+    (keeps redaction idempotent); a shorter token beside a placeholder is judged as any other."""
     previous = text[text.rfind("\n", 0, max(line_start - 1, 0)) + 1 : max(line_start - 1, 0)] if line_start else ""
     next_end = text.find("\n", line_end + 1)
     following = text[line_end + 1 : len(text) if next_end == -1 else next_end] if line_end < len(text) else ""
+    long_line = len(text[line_start:line_end].strip()) >= 40
     return any(
-        (len(line.strip()) >= 40 and _TOKEN_CHARS.fullmatch(line.strip())) or PLACEHOLDER_RE.fullmatch(line.strip())
+        (len(line.strip()) >= 40 and _TOKEN_CHARS.fullmatch(line.strip()))
+        or (long_line and PLACEHOLDER_RE.fullmatch(line.strip()))
         for line in (previous, following)
     )
 
@@ -1641,7 +1655,8 @@ _RULES: tuple[_Rule, ...] = (
             r"(?P<value>[^\s\"']{6,256}?)\"?(?=\s|$)"
         ),
         ("value",),
-        lambda m: _accept_prose_password_value(m.group("value")) or _looks_random(m.group("value")),
+        lambda m: "=" not in m.group("value")  # `AUTH mechanism=SCRAM-SHA-256`: a setting, not a password
+        and (_accept_prose_password_value(m.group("value")) or _looks_random(m.group("value"))),
         _trigger("auth"),
     ),
     _Rule(  # sshpass -p PASS
