@@ -65,8 +65,9 @@ as a key (mixed case and digits).
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
 `npm_XXXX…`, `rdme_XXXX_XXXX`, `xoxb-0000…-aaaa…`, `glc_EXAMPLETESTTEST…`, a zero UUID, `aaaa…1111…bbbb…`),
 typed-out alphabets (`AIzaSyabcdef…`, `aBcDeF…`, `ZyXwVu…`, `1a2b3c4d…`, `qwertyuiop…`, character-set constants)
-and short typed-out values (`abcdef1234`, `abc123`, `test1234`, `123456789`), `<your-token>`, `@@DB_PASSWORD@@`,
-the documented URL pair `user:password` (`user:secret`), a short word under a key or token name (`API_TOKEN=short`),
+`<your-token>`, `@@DB_PASSWORD@@`, the documented URL pair `user:password` (`user:secret`), a short word or a short
+typed-out value under a key or token name (`API_TOKEN=short`, `API_KEY=abcdef1234`; under a password or secret name
+it may be the weak password itself: `DB_PASSWORD=test1234` is redacted),
 a cache key (`cache key: v2-deps-<hex>`, `key: node-modules-<hex>`: words, then a hex digest).
 Every pattern has bounded repetition, so a huge line costs linear time; and a huge text costs a few fast scans:
 provider tokens are searched one literal prefix at a time, and every context rule looks only at the lines holding
