@@ -64,7 +64,7 @@ as a key (mixed case and digits).
 
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
 `npm_XXXX…`, `rdme_XXXX_XXXX`, `xoxb-0000…-aaaa…`, `glc_EXAMPLETESTTEST…`, a zero UUID, `aaaa…1111…bbbb…`),
-typed-out alphabets (`AIzaSyabcdef…`, `aBcDeF…`, `ZyXwVu…`, `1a2b3c4d…`, `qwertyuiop…`, character-set constants)
+typed-out alphabets (`AIzaSyabcdef…`, `aBcDeF…`, `ZyXwVu…`, `1a2b3c4d…`, `qwertyuiop…`, character-set constants),
 `<your-token>`, `@@DB_PASSWORD@@`, the documented URL pair `user:password` (`user:secret`), a short word or a short
 typed-out value under a key or token name (`API_TOKEN=short`, `API_KEY=abcdef1234`; under a password or secret name
 it may be the weak password itself: `DB_PASSWORD=test1234` is redacted),
