@@ -884,12 +884,17 @@ _HEX_KEY_SHORTEST = 32
 
 def _is_hex_key(value: str) -> bool:
     """32 to 64 hex digits, letters and digits both, not filler (a UUID, with its dashes, is an id)."""
+    return "-" not in value and _is_mixed_hex(value, _HEX_KEY_SHORTEST) and not _is_filler(value)
+
+
+def _is_mixed_hex(value: str, shortest: int) -> bool:
+    """`shortest` to 64 hex digits, or a UUID, holding letters and digits both: the shape of a vendor's hex key
+    (all digits is a number, all letters a word)."""
     return (
-        _HEX_KEY_SHORTEST <= len(value) <= 64
-        and all(c in string.hexdigits for c in value)
+        shortest <= len(value) <= 64
+        and bool(_HEX_OR_UUID.match(value))
         and any(c.isdigit() for c in value)
         and any(c.isalpha() for c in value)
-        and not _is_filler(value)
     )
 
 
@@ -1066,9 +1071,7 @@ _VENDOR_HEX_SHORTEST = 20  # `clay_key = <20 hex>`: vendors' hex keys run from 2
 def _is_vendor_hex_key(name: str, value: str) -> bool:
     """`zenkit_key = <20 to 64 hex>`, `postageapp_key: <uuid>`: many vendors issue hex or UUID API keys; such a value
     under `<vendor>_key` is one, unless the word before `key` says digest or id (`cache_key`, `tenant_key`)."""
-    if not (_VENDOR_HEX_SHORTEST <= len(value) <= 64 and _HEX_OR_UUID.match(value)):
-        return False
-    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+    if not _is_mixed_hex(value, _VENDOR_HEX_SHORTEST):
         return False
     parts = _name_parts(name)
     if not parts or not parts[-1].endswith("key"):
@@ -1396,9 +1399,7 @@ def _is_vendor_named_hex(text: str, start: int, end: int) -> bool:
     """`assemblyai = <32 hex>`, `ai21: <uuid>`, `deepgram-api: <40 hex>`: a hex or UUID key right after a vendor's
     name (a word that names no data: not `commit`, `sha256`, `etag`, `release`); hex alone is a digest or an id."""
     value = text[start:end]
-    if not (_HEX_KEY_SHORTEST <= len(value) <= 64 and _HEX_OR_UUID.match(value)):
-        return False
-    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+    if not _is_mixed_hex(value, _HEX_KEY_SHORTEST):
         return False
     named = _NAME_BEFORE.search(text, max(0, start - 80), start)
     if not named or "\n" in named.group(0):
