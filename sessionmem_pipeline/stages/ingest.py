@@ -95,13 +95,6 @@ def session_fingerprint(session: ParsedSession) -> str:
     return digest.hexdigest()
 
 
-def _as_stored(outcome: IngestOutcome, row: dict | None) -> IngestOutcome:
-    """An unchanged file's outcome carries the sessions and format its stored row names."""
-    outcome.session_ids = list(row["session_ids"] or []) if row else []
-    outcome.format = row["format"] if row else None
-    return outcome
-
-
 def ingest_file(
     ctx: StageContext,
     source: SourceFile,
@@ -131,7 +124,8 @@ def ingest_file(
         mark_missing(wh, source.path)
         return outcome
     if decision == changes.UNCHANGED:
-        _as_stored(outcome, row)
+        outcome.session_ids = list(row["session_ids"] or []) if row else []
+        outcome.format = row["format"] if row else None
         if previous is not None and current is not None and current.mtime_ns != previous.mtime_ns:
             with wh.transaction():  # touched, same bytes: settle it from its stat next time
                 wh.conn.execute("UPDATE source_files SET mtime_ns = ? WHERE path = ?", [current.mtime_ns, source.path])

@@ -187,10 +187,9 @@ def ingest(ctx: StageContext, scan: Discovery, report: StageReport, *, full: boo
     report.source_problems += [asdict(p) for p in scan.problems]
     report.excluded += [{"path": path, "reason": str(why)} for path, why in scan.excluded]
     report.files_seen += len(scan.files)
-    key = ctx.keys[INGEST.name]
     pending = _changed_since_walk(ctx, scan.files, report, full=full)
     stored = ctx.wh.source_states([source.path for source in pending])
-    parses = read_parses(ctx.settings, key)
+    parses = read_parses(ctx.settings, ctx.keys[INGEST.name])
 
     def ingest_one(source: SourceFile) -> IngestOutcome:
         found = stored.get(source.path, (None, None))
