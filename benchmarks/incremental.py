@@ -248,9 +248,9 @@ def print_table(rows: Sequence[dict], changes: int) -> None:
         walk = r["append"].get("walk")
         print(f"{r['chunks']:>8} {r['first_index']['seconds']:>8} {runs} {'-' if walk is None else walk:>11} "
               f"{r['first_vs_bulk']:>8}")
-    print("s/cpu: wall / CPU seconds of the run after that change (R: that run rebuilt the file); append walk: wall seconds of that run's source walk "
-          "(stats every file: the one cost issue 15 lets grow with the files); 1st/bulk = first index's file / a bulk "
-          "copy of its data")
+    print("s/cpu: wall / CPU seconds of the run after that change (R: that run rebuilt the file); append walk: wall "
+          "seconds of that run's source walk (stats every file: the one cost issue 15 lets grow with the files); "
+          "1st/bulk = first index's file / a bulk copy of its data")
     if changes:
         print("\nfile size (issue 15 targets: both ratios <= 1.3):")
         print(f"{'chunks':>8} {'first MB':>9} {'bulk MB':>8} {'first/bulk':>10} {'rebuilt':>7}   {'after MB':>8} "
