@@ -88,7 +88,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "10"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "11"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -1022,8 +1022,8 @@ def _accept_assignment(m: re.Match[str]) -> bool:
             return False  # `cache key: v2-deps-<hex>`
         if qualifier not in _KEY_QUALIFIERS:  # `api key: <hex>` is as strong as `api_key`
             vendor_name = f"{qualifier}_{name}" if qualifier else name  # `clay key: <20 hex>`
-            if "/" in value or _is_labelled_hex(value):
-                return False  # `key: deps-<hex>`: a cache key
+            if ("/" in value and not _is_base64_key(value)) or _is_labelled_hex(value):
+                return False  # `key: deps-<hex>`: a cache key; `key: datasets/2019/part-0.parquet`: a path
             return _looks_random(value) or _is_vendor_hex_key(vendor_name, value)
     if _is_password_name(name) and (group == "v_bare" or env_style):
         return True  # a .env or shell password may be a phrase: `KEYSTORE_PASSWORD='my secret pass 9'`
@@ -1212,6 +1212,7 @@ _HASH_LABEL = re.compile(
 _NAMED_VALUE_BEFORE = re.compile(r"[\w\]\"'`.-][\"'`\]]?[ \t]*(?::{1,2}|=>?|:=|->)[ \t]*[\"'`]?[ \t]*$")
 _DATA_BASE64 = (  # base64 of images, fonts, PDFs, XML and JSON (`eyJ` is `{"`; a JWT has its own rule)
     "iVBORw0KGgo", "R0lGOD", "PHN2Zy", "PD94bWwg", "d09GMg", "d09GRg", "UklGR", "AAAA", "Qk0", "SUkq", "JVBERi0", "eyJ",
+    "gAAAAA",  # a Fernet token: encrypted data (version byte 0x80, then a timestamp), not a key
 )
 _PLACEHOLDER_PREFIXES = frozenset("foo bar baz qux test dummy fake example sample my your demo".split())
 _PLACEHOLDER_AT_END = re.compile(r"\[REDACTED:[a-z0-9-]+\]$|\[REDACTED:password\][ \t]+$")
@@ -1234,15 +1235,13 @@ def _is_random_body(body: str) -> bool:
     digits = sum(c.isdigit() for c in alnum)
     if not digits or _entropy(alnum) < _RANDOM_TOKEN_ENTROPY:
         return False
-    segments = _SEGMENT.findall(alnum)
-    if sum(map(len, segments)) / len(segments) > _RANDOM_SEGMENT_LONGEST:
-        return False
     if _is_filler(alnum) or _typed_share(alnum.lower(), loose=False):
         return False  # a random key almost never has four letters or digits in a row (`…abcd123`)
     if has_upper and has_lower:
-        return True
+        segments = _SEGMENT.findall(alnum)
+        return sum(map(len, segments)) / len(segments) <= _RANDOM_SEGMENT_LONGEST
     switches = sum(1 for a, b in zip(alnum, alnum[1:]) if a.isdigit() != b.isdigit())
-    return len(alnum) >= 32 and switches >= 8  # base36 keys, not ULIDs
+    return len(alnum) >= 32 and switches >= 8  # base32 and base36 keys (one case: long letter runs), not ULIDs
 
 
 def _is_prefixed_credential(m: re.Match[str]) -> bool:
@@ -1302,7 +1301,14 @@ def _names_data(before: str) -> bool:
     if not named:
         return True
     parts = _name_parts(named.group(1))
-    return not parts or any(part in _DATA_NAME_PARTS for part in parts) or bool(_NAME_WORD.search(named.group(1).lower()))
+    if not parts or any(part in _DATA_NAME_PARTS for part in parts):
+        return True
+    if _NAME_WORD.search(named.group(1).lower()):  # judged by the name rules, unless they see no credential in it
+        return _name_strength(named.group(1)) != _NONE or any(part in _PUBLIC_PARTS for part in parts)
+    return False
+
+
+_PUBLIC_PARTS = frozenset({"public", "pub"})  # `public_key = <base64>`: published, not a credential
 
 
 def _stands_alone(text: str, start: int, end: int) -> bool:
@@ -1383,10 +1389,24 @@ def _has_token_shape(value: str) -> bool:
         return False
     if "/" in value and any(_PATH_WORD.fullmatch(part) for part in value.split("/")):
         return False  # a path
-    if re.search(r"[._~+/-]", value.rstrip("=")) and not re.fullmatch(r"[A-Za-z0-9+/]+=*|[A-Za-z0-9_-]+", value):
+    if re.search(r"[._~+/-]", value.rstrip("=")) and not re.fullmatch(r"[A-Za-z0-9+/]+=*|[A-Za-z0-9_-]+=*", value):
         return False  # dotted or mixed separators: a version, a host, a file name
+    return _is_random_body(value.rstrip("="))  # one case: base32 and base36 keys (`_is_random_body` asks more)
+
+
+_BASE64_KEY = re.compile(r"[A-Za-z0-9+/]{32,}={0,2}")
+
+
+def _is_base64_key(value: str) -> bool:
+    """`a/9WysJY…+ABa…==`: 32 or more random base64 characters of both cases and digits (Azure's and many vendors'
+    keys); a path has readable words between its slashes."""
     body = value.rstrip("=")
-    return any(c.isupper() for c in body) and any(c.islower() for c in body) and _is_random_body(body)
+    return (
+        bool(_BASE64_KEY.fullmatch(value))
+        and any(c.isupper() for c in body)
+        and any(c.islower() for c in body)
+        and _is_random_body(body)
+    )
 
 
 def _accept_shaped_token(m: re.Match[str]) -> bool:
