@@ -420,7 +420,7 @@ def _is_blank(value: str) -> bool:
         or bool(_VALUE_CODE.search(value))
         or bool(_VALUE_PLACEHOLDER.search(value))
         or bool(_VALUE_HASH.search(value))
-        or bool(_VALUE_PATH.search(value))
+        or (bool(_VALUE_PATH.search(value)) and not _is_base64_key(value))  # `/L/4tJl…=`: a key, not a path
         or bool(_VALUE_URL.match(value))
     )
 
@@ -539,6 +539,7 @@ _DIGEST_KEY_QUALIFIERS = _NOT_SECRET_KEY_QUALIFIERS | frozenset(  # `<word>_key`
     "storage project tenant user account org organization customer device instance resource node workspace team "
     "region zone".split()
 )
+_AUTH_PARTS = frozenset({"auth", "authentication", "authorization"})  # `MAILJET_BASIC_AUTH`: a weak name, as `*_key`
 _VENDOR_NAME_SHORTEST = 4  # `zenkit_key`, `tomtomKey`; not `cl_key` (a two-letter prefix says too little)
 _CAMEL_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])|([A-Z]+)([A-Z][a-z])")
 
@@ -577,6 +578,8 @@ def _name_strength(name: str) -> int:
         elif part.endswith("key") and part[:-3] in _KEY_QUALIFIERS:
             strength = _STRONG
         elif part.endswith("key") and len(part) <= _JOINED_KEY_LONGEST and part[:-3] not in _NOT_SECRET_KEY_QUALIFIERS:
+            strength = _WEAK
+        elif part in _AUTH_PARTS:
             strength = _WEAK
         else:
             continue
@@ -815,6 +818,33 @@ def _accept_spaced_value(m: re.Match[str]) -> bool:
     return bool(_TOKEN_CHARS.fullmatch(value)) and _looks_like_key(value)
 
 
+def _accept_named_key(m: re.Match[str]) -> bool:
+    """A key after a credential's name and blanks (or `is`), whatever the name's spelling: hex of 32 or more, a UUID,
+    or letters and digits as random as a key (not a digest or id the word before names: `cache key <hex>`)."""
+    name, value = m.group("name"), m.group("value").rstrip(".")
+    if _name_strength(name) == _NONE or _word_before(m.string, m.start()) in _NOT_KEY_QUALIFIERS:
+        return False
+    if _is_excluded_value(value) or _names_a_secret(value, name) or _is_labelled_hex(value) or _DOTTED.fullmatch(value):
+        return False
+    if value.startswith((*_SSH_PUBLIC_KEY_BODIES, *_DATA_BASE64)) or _HEX_NUMBER.fullmatch(value):
+        return False  # an ssh public key, base64 media or JSON (a JWT has its own rule), a number
+    return _looks_like_key(value) or _has_token_shape(value) or _is_random_key(value)
+
+
+_RANDOM_KEY_SHORTEST = 16
+
+
+def _is_random_key(value: str) -> bool:
+    """`W7GMO5U71I2TN9DMTWCD`: 16 or more letters and digits, interleaved as no word or number is."""
+    return (
+        len(value) >= _RANDOM_KEY_SHORTEST
+        and value.isalnum()
+        and _is_random_identifier(value)
+        and not _is_filler(value)
+        and not _typed_share(value.lower(), loose=False)
+    )
+
+
 def _accept_name_value_pair(m: re.Match[str]) -> bool:
     """A `name:`/`value:` pair: judged as the value of that name."""
     name, value = m.group("name") or m.group("json_name"), m.group("value") or m.group("json_value")
@@ -1024,7 +1054,12 @@ def _accept_assignment(m: re.Match[str]) -> bool:
             vendor_name = f"{qualifier}_{name}" if qualifier else name  # `clay key: <20 hex>`
             if ("/" in value and not _is_base64_key(value)) or _is_labelled_hex(value):
                 return False  # `key: deps-<hex>`: a cache key; `key: datasets/2019/part-0.parquet`: a path
-            return _looks_random(value) or _is_vendor_hex_key(vendor_name, value)
+            return (
+                _looks_random(value)
+                or (bool(_TOKEN_CHARS.fullmatch(value)) and _has_token_shape(value))
+                or _is_vendor_hex_key(vendor_name, value)
+                or _is_auth_hex_key(name, value)
+            )
     if _is_password_name(name) and (group == "v_bare" or env_style):
         return True  # a .env or shell password may be a phrase: `KEYSTORE_PASSWORD='my secret pass 9'`
     if group == "v_bare" and env_style:
@@ -1041,8 +1076,8 @@ def _is_labelled_hex(value: str) -> bool:
         bool(labels)
         and len(digest) >= 7
         and all(c in string.hexdigits for c in digest)
-        and all(_LABEL.fullmatch(label) for label in labels)
-    )
+        and all(_LABEL.fullmatch(label) and label not in _CREDENTIAL_PREFIX_PARTS for label in labels)
+    )  # `key_<hex>`, `sk-<hex>`: a credential's prefix, not a label
 
 
 _LABEL = re.compile(r"[a-z]{2,}|v\d{1,3}")
@@ -1078,6 +1113,12 @@ def _is_vendor_hex_key(name: str, value: str) -> bool:
         return False
     qualifier = parts[-1][:-3] or (parts[-2] if len(parts) > 1 else "")
     return _is_vendor_word(qualifier) and qualifier not in _DIGEST_KEY_QUALIFIERS
+
+
+def _is_auth_hex_key(name: str, value: str) -> bool:
+    """`CURL_HEADER_AUTHENTICATION=<40 hex>`: under a name ending in auth a hex key is the credential, not a digest."""
+    parts = _name_parts(name)
+    return bool(parts) and parts[-1] in _AUTH_PARTS and _is_hex_key(value)
 
 
 def _is_named_credential(name: str, value: str) -> bool:
@@ -1178,7 +1219,7 @@ def _trigger(pattern: str) -> re.Pattern[str]:
 _RARE_COMMANDS = _trigger(  # one scan for the rules of rare commands and forms, each then judged on these lines only
     "psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify|networkcredential|directoryentry|unseal|/api/v1/"
 )
-_NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|_pat\b|-pat\b")  # in every name `_name_strength` accepts
+_NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|auth|_pat\b|-pat\b")  # in every name `_name_strength` accepts
 
 
 # ---- credential-shaped tokens: no known prefix, no name ---------------------------------------------------------
@@ -1806,6 +1847,16 @@ _RULES: tuple[_Rule, ...] = (
         _accept_spaced_prose_key,
         _NAME_WORD,
     ),
+    _Rule(  # `set ACME_API_KEY <key>`, `the acme_token is <key>`, `AcmeAccessKey <key>`: a name, blanks, a key
+        KIND_PASSWORD,
+        re.compile(
+            r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]{1,80})[\"'`]?[ \t]+(?:(?:is|was)[ \t]+)?[\"'`]?"
+            r"(?P<value>[A-Za-z0-9+/_~-][A-Za-z0-9+/_.~-]{14,400}={0,2})(?=$|[\s,;)\"'`])"
+        ),
+        ("value",),
+        _accept_named_key,
+        _NAME_WORD,
+    ),
     _Rule(  # a config line `cloudant_password   <value>`: a joined name, blanks, a key-like value, nothing after
         KIND_PASSWORD,
         re.compile(
@@ -1910,7 +1961,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(  # --password hunter2 (the `--name=value` form is an assignment)
         KIND_PASSWORD,
         re.compile(
-            r"(?:^|\s)--?(?P<name>[A-Za-z][A-Za-z0-9-]{1,60})[ \t]+[\"']?"
+            r"(?:^|\s)--?(?P<name>[A-Za-z][A-Za-z0-9_-]{1,60})[ \t]+[\"']?"
             r"(?P<value>[^\s\"'<>|&;$\\-][^\s\"'\\]{0,400})"
         ),
         ("value",),
@@ -1921,7 +1972,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(
             r"(?<![A-Za-z0-9_])"
-            r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key|pat(?![A-Za-z0-9])))"  # cheap pre-filter on the name
+            r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key|auth|pat(?![A-Za-z0-9])))"  # cheap pre-filter on the name
             r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?|\])?"  # `"key": `, `["KEY"] = `, `[key]:`
             r"(?:[ \t]*:[ \t]*&?(?:'static[ \t]+)?[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=])"  # a type: `password: str = `, Rust's `&str`
             r"|[ \t]+(?:string|String|str|\[\]byte)(?=[ \t]*=[^=]))?"  # Go: `var apiToken string = `
