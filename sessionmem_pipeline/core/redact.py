@@ -434,7 +434,7 @@ def _looks_random(value: str) -> bool:
     """A token-like value: long, no spaces, letters and digits, high character entropy; not a hex digest or UUID."""
     if len(value) < 16 or not _TOKEN_CHARS.fullmatch(value) or _HEX_OR_UUID.match(value):
         return False
-    if _DOTTED.fullmatch(value) and not any(_looks_random(part) for part in value.split(".")):
+    if _is_dotted_name(value):
         return False  # `jetbrains.mps.v8_elimination`: a dotted name; `WSsDXzCD.uOcxAp7k…`: a key id and its secret
     has_digit = any(c.isdigit() for c in value)
     has_alpha = any(c.isalpha() for c in value)
@@ -475,11 +475,16 @@ def _looks_like_credential(value: str) -> bool:
 _RANDOM_LETTERS_ENTROPY = 3.6  # 24 random lower-case letters: ~4.0 bits; repeated or plain words stay lower
 
 
+def _is_dotted_name(value: str) -> bool:
+    """`settings.api_token`, `jetbrains.mps.v8`: a dotted name; `<key id>.<secret>` has a random part."""
+    return bool(_DOTTED.fullmatch(value)) and not any(_looks_random(part) for part in value.split("."))
+
+
 def _looks_like_code(value: str, following: str) -> bool:
     """An unquoted value that reads as a variable, attribute, call or type rather than a literal."""
     if following[:1] in ("(", "[", ".") or _CMDLET.fullmatch(value):
         return True
-    if _DOTTED.fullmatch(value):
+    if _is_dotted_name(value):
         return True
     if value.lower() in _TYPE_WORDS:
         return True
@@ -824,7 +829,7 @@ def _accept_named_key(m: re.Match[str]) -> bool:
     name, value = m.group("name"), m.group("value").rstrip(".")
     if _name_strength(name) == _NONE or _word_before(m.string, m.start()) in _NOT_KEY_QUALIFIERS:
         return False
-    if _is_excluded_value(value) or _names_a_secret(value, name) or _is_labelled_hex(value) or _DOTTED.fullmatch(value):
+    if _is_excluded_value(value) or _names_a_secret(value, name) or _is_labelled_hex(value) or _is_dotted_name(value):
         return False
     if value.startswith((*_SSH_PUBLIC_KEY_BODIES, *_DATA_BASE64)) or _HEX_NUMBER.fullmatch(value):
         return False  # an ssh public key, base64 media or JSON (a JWT has its own rule), a number
@@ -1572,7 +1577,7 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(
             r"(?i)\b(?:proxy-)?authorization\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?"
             r"(?P<scheme>(?:bearer|basic|token|bot|digest|api-?key|sso-key|ssws)[ \t]+)?"
-            r"(?P<value>[A-Za-z0-9._~+/=-]{8,4096})"
+            r"(?P<value>[A-Za-z0-9._~+/=-]{8,4096}(?::[A-Za-z0-9._~+/=-]{8,4096})?)"  # `<id>:<secret>` whole
         ),
         ("value",),
         _accept_authorization,
@@ -1847,10 +1852,10 @@ _RULES: tuple[_Rule, ...] = (
         _accept_spaced_prose_key,
         _NAME_WORD,
     ),
-    _Rule(  # `set ACME_API_KEY <key>`, `the acme_token is <key>`, `AcmeAccessKey <key>`: a name, blanks, a key
+    _Rule(  # `set ACME_API_KEY <key>`, `the acme_token is <key>`, `set acme_pat to <key>`: a name, blanks, a key
         KIND_PASSWORD,
         re.compile(
-            r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]{1,80})[\"'`]?[ \t]+(?:(?:is|was)[ \t]+)?[\"'`]?"
+            r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]{1,80})[\"'`]?[ \t]+(?:(?:is|was|to)[ \t]+)?[\"'`]?"
             r"(?P<value>[A-Za-z0-9+/_~-][A-Za-z0-9+/_.~-]{14,400}={0,2})(?=$|[\s,;)\"'`])"
         ),
         ("value",),
