@@ -538,9 +538,11 @@ _NOT_SECRET_BEFORE = frozenset(
 _NOT_SECRET_KEY_QUALIFIERS = frozenset(  # database and storage keys: `bucket_key`, `primaryKey`, `schemaKey`
     "bucket foreign primary public pub schema sequence partition natural".split()
 )
-_DIGEST_KEY_QUALIFIERS = _NOT_SECRET_KEY_QUALIFIERS | frozenset(  # `<word>_key` holding a digest or an id, not an API key
+_DATA_KEY_QUALIFIERS = frozenset(  # `cacheKey`, `sort_key`, `idempotencyKey`: a key naming data, whatever its value
     "cache etag hash digest checksum dedup dedupe idempotency lookup sort record object file blob content request "
-    "message event cursor index shard routing group lock commit build artifact image layer chunk page item entry "
+    "message event cursor index shard routing group lock commit build artifact image layer chunk page item entry".split()
+)
+_DIGEST_KEY_QUALIFIERS = _NOT_SECRET_KEY_QUALIFIERS | _DATA_KEY_QUALIFIERS | frozenset(  # also ids: hex under them
     "storage project tenant user account org organization customer device instance resource node workspace team "
     "region zone".split()
 )
@@ -577,12 +579,12 @@ def _name_strength(name: str) -> int:
         ):
             strength = _STRONG
         elif part == "key":
-            if index and parts[index - 1] in _NOT_SECRET_KEY_QUALIFIERS:
+            if index and (parts[index - 1] in _NOT_SECRET_KEY_QUALIFIERS or parts[index - 1] in _DATA_KEY_QUALIFIERS):
                 continue
             strength = _STRONG if index and parts[index - 1] in _KEY_QUALIFIERS else _WEAK
         elif part.endswith("key") and part[:-3] in _KEY_QUALIFIERS:
             strength = _STRONG
-        elif part.endswith("key") and len(part) <= _JOINED_KEY_LONGEST and part[:-3] not in _NOT_SECRET_KEY_QUALIFIERS:
+        elif part.endswith("key") and len(part) <= _JOINED_KEY_LONGEST and part[:-3] not in _NOT_SECRET_KEY_QUALIFIERS | _DATA_KEY_QUALIFIERS:
             strength = _WEAK
         elif part in _AUTH_PARTS:
             strength = _WEAK
@@ -1332,7 +1334,7 @@ _HEX_DATA_WORDS = frozenset(  # words before a hex run that is a digest or an id
 
 _NAME_BEFORE = re.compile(r"([A-Za-z_][\w.-]{0,60})[\"'`]?[ \t]*(?::{1,2}|=>?|:=|->)[ \t]*[\"'`]?[ \t]*$")
 _DATA_NAME_PARTS = frozenset(  # names of random values that are data: ids, digests, nonces, states, signatures
-    "id ids uid uuid guid oid hash digest checksum sum nonce salt etag sha sha1 sha256 md5 integrity cursor state ref "
+    "id ids uid uuid guid oid hash digest checksum sum nonce salt etag sha sha1 sha256 md5 integrity cursor state ref project "
     "commit version rev revision signature sig fingerprint challenge verifier iv seed trace span request correlation "
     "name title label tag image path url uri file data blob content body payload hint value values example "
     "cert certs certificate certificates crt pem der x5c x5t ca chain pub pubkey modulus exponent thumbprint".split()
@@ -1350,7 +1352,7 @@ def _names_data(before: str) -> bool:
     if not parts or any(part in _DATA_NAME_PARTS for part in parts):
         return True
     if _NAME_WORD.search(named.group(1).lower()):  # judged by the name rules, unless they see no credential in it
-        return _name_strength(named.group(1)) != _NONE or any(part in _PUBLIC_PARTS for part in parts)
+        return _name_strength(named.group(1)) != _NONE or any(p in _PUBLIC_PARTS or p in _DATA_KEY_QUALIFIERS for p in parts)
     return False
 
 
