@@ -116,7 +116,7 @@ PEM = (
         ("<password>FAKEmaven-deploy-7</password>", "<password>[REDACTED:password]</password>"),
         ('app.config["SECRET_KEY"] = "FAKE-flask-secret-4f9a"', 'app.config["SECRET_KEY"] = "[REDACTED:password]"'),
         ('terraform apply -var="db_password=FAKEtfPass2024"', 'terraform apply -var="db_password=[REDACTED:password]"'),
-        ('cache_key = "FAKEZ8s6BjRWjuot2YOi"', 'cache_key = "[REDACTED:password]"'),  # generic name, random value
+        ('hub_key = "FAKEZ8s6BjRWjuot2YOi"', 'hub_key = "[REDACTED:password]"'),  # generic name, random value (v11: `cache_key` names data)
         ("ENCRYPTION_KEY=FAKEq8w7E6r5T4y3U2i1o0P9", "ENCRYPTION_KEY=[REDACTED:password]"),
         # version 6
         ("key: NRRA-fa4e0c2b9d8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e3d", "key: [REDACTED:newrelic-key]"),
