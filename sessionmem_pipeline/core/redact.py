@@ -9,11 +9,12 @@ output are built from redacted text; collapsing and chunking do not redact again
   Segment, Mandrill, Ubidots, Vertex AI express mode `AQ.Ab8R…`, Postman, Packagist), Telegram and Discord bot
   tokens, webhook URLs, Azure SAS signatures, PEM private-key blocks (also base64-encoded once more, `LS0tLS1CRUdJTi…`) and JWTs are redacted wherever they appear;
   so is a key of a vendor no rule knows, by its shape: a short lower-case prefix then a random body (`tvly-…`,
-  `sk-or-v1-…`), or 24 to 100 random letters of both cases and digits standing on their own (an argument, an
-  operand, a list item, a line); ids with a known prefix (`toolu_…`, `cus_…`), digests, UUIDs, names, paths,
-  labelled hashes (`sha256:…`), base64 media, PEM and ssh key bodies and wrapped base64 blocks stay; a value with
-  a name is left to the name rules when the name has a credential word or says id, digest, nonce, signature or
-  certificate, and is redacted under any other name (a vendor's: `mistral: <key>`, `GROK_MGMT=xai-…`); a
+  `sk-or-v1-…`), or 24 to 100 random characters standing on their own (an argument, an operand, a list item, a
+  line): letters of both cases and digits (base64, url-safe too), or one case with digits interleaved, 32 or more
+  (base32 and base36 keys: Azure DevOps, NuGet); ids with a known prefix (`toolu_…`, `cus_…`), digests, UUIDs,
+  names, paths, labelled hashes (`sha256:…`), base64 media, Fernet tokens, PEM and ssh key bodies and wrapped base64
+  blocks stay; a value with a name is left to the name rules when the name has a credential word they accept or
+  says id, digest, nonce, signature, certificate or public, and is redacted under any other name (a vendor's: `mistral: <key>`, `GROK_MGMT=xai-…`); a
   40-character secret right after its key id (`AKIA…:<secret>`, GCS HMAC `GOOG…` then the secret on the next
   line); a webhook URL's path after `/hooks/` or `/webhooks/` when it holds a key-like part, or on a host made
   for webhooks (`hooks.zapier.com/hooks/catch/<account>/<hook>/`) when it holds an id; a vendor's short prefix
@@ -32,7 +33,9 @@ output are built from redacted text; collapsing and chunking do not redact again
   XML `<Setting Name="ApiKey" Value="…"/>`, `<entry key="password">…</entry>`, `<Password value="…"/>`; a command
   line's words: `--password juniper`, `psql "… password=heron"`, `-e ansible_become_pass=…`; Rust's
   `const API_KEY: &str = "…"`; `api key: …` and `<vendor> key: <hex>` with a space; `azure_key:<random>` without
-  one), a password inside a URL (`scheme://user:PASS@host`, user and host kept; the password runs to the last `@`),
+  one; names ending in auth, `MAILJET_BASIC_AUTH: <random>`, `…_AUTHENTICATION=<hex key>`; a key after its name and
+  blanks, `is` or `to` in any spelling, `set ACME_API_KEY <hex>`, `I've set relay_token to <uuid>`; a random base64
+  key holding `/` under any key name), a password inside a URL (`scheme://user:PASS@host`, user and host kept; the password runs to the last `@`),
   Redis `AUTH [user] PASS` (a prompt, MONITOR output, a client's log), Travis CI's `secure: "<encrypted>"`,
   `aws ssm put-parameter --type SecureString --value …`, an `Authorization:` header, `curl -u user:PASS` (quoted too),
   `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`,
@@ -52,7 +55,8 @@ Context rules also look at the value, so code that only *handles* secrets stays 
 `token = request.headers.get("Authorization")`, `api_key=os.environ["OPENAI_API_KEY"]`,
 `password_hash = bcrypt.hash(pw)`, `"${DB_PASSWORD}"` (a template closes its brackets; `m{{h}o)p$` is a
 password), `<your-api-key>`, a stored hash (`{SSHA}…`, `pbkdf2_sha256$…`), a flag (`SavePassword=1`). Generic
-names (`cache_key`, `sort_key`) only count when the value looks random. Known blind spots, on purpose: a bare
+names (`hub_key`) only count when the value looks random; names of data (`cache_key`, `sortKey`, `idempotencyKey`)
+never do. Known blind spots, on purpose: a bare
 lowercase word assigned in code (`    password = hunter`, indented, or a keyword argument) reads as a variable (at a
 line's start, as in .properties and INI files, it is a literal); a quoted word under a key or token name that is
 not a password name or `…secret` (`api_key="wildflower"`) reads as a label (under `secret`, `client_secret`
