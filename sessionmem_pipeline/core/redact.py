@@ -865,6 +865,22 @@ def _accept_name_value_pair(m: re.Match[str]) -> bool:
     return _is_named_credential(name, value) if strength == _STRONG else _looks_random(value)
 
 
+_SECURE_STRING_TYPE = re.compile(r"(?i:--type)[ \t]+SecureString\b")
+_COMMAND_REACH = 200  # how far from `--value` its command's `--type SecureString` may be
+
+
+def _accept_secure_string_value(m: re.Match[str]) -> bool:
+    """`--value …` of a command (up to `|`, `;`, `&` or the line's end) that also says `--type SecureString`: found
+    with a few string searches per `--value`, so a line of thousands of them stays linear."""
+    text = m.string
+    start = max(text.rfind(mark, max(0, m.start() - _COMMAND_REACH), m.start()) for mark in "\n|;&") + 1
+    start = max(start, m.start() - _COMMAND_REACH)
+    ends = [text.find(mark, m.end(), m.end() + _COMMAND_REACH) for mark in "\n|;&"]
+    end = min([e for e in ends if e != -1] or [min(len(text), m.end() + _COMMAND_REACH)])
+    value = _first_group(m, "dq", "sq", "bare")
+    return not _is_excluded_value(value) and _SECURE_STRING_TYPE.search(text, start, end) is not None
+
+
 def _accept_docker_auth(m: re.Match[str]) -> bool:
     """A Docker config `"auth"` is base64 of `user:password`; other `auth` fields are left alone."""
     try:
@@ -1951,16 +1967,19 @@ _RULES: tuple[_Rule, ...] = (
         ("value",),
         trigger=_trigger("softlayer"),
     ),
-    _Rule(  # Travis CI's encrypted variable `secure: "<base64>"`; `aws ssm put-parameter --type SecureString --value …`
+    _Rule(  # Travis CI's encrypted variable `secure: "<base64>"`
         KIND_PASSWORD,
-        re.compile(
-            r"(?<![\w-])secure[\"']?[ \t]*:[ \t]*[\"']?(?P<travis>[A-Za-z0-9+/=\\]{40,4000})"
-            r"|(?i:--type)[ \t]+SecureString\b[^\n|;&]{0,200}?[ \t]--value[ \t=]+" + _SHELL_WORD
-            + r"|(?i:--value)[ \t=]+" + _SHELL_WORD.replace("?P<", "?P<v_") + r"(?=[^\n|;&]{0,200}?[ \t]--type[ \t]+SecureString\b)"
-        ),
-        ("travis", "dq", "sq", "bare", "v_dq", "v_sq", "v_bare"),
-        lambda m: not _is_excluded_value(m.group(m.lastgroup) if m.lastgroup else ""),
+        re.compile(r"(?<![\w-])secure[\"']?[ \t]*:[ \t]*[\"']?(?P<travis>[A-Za-z0-9+/=\\]{40,4000})"),
+        ("travis",),
+        lambda m: not _is_excluded_value(m.group("travis")),
         _trigger("secure"),
+    ),
+    _Rule(  # `aws ssm put-parameter --type SecureString --value …`, the options in either order
+        KIND_PASSWORD,
+        re.compile(r"(?i:--value)[ \t=]+" + _SHELL_WORD),
+        ("dq", "sq", "bare"),
+        _accept_secure_string_value,
+        _trigger("securestring"),
     ),
     _Rule(  # fish: set -x API_TOKEN value
         KIND_PASSWORD,
