@@ -839,6 +839,11 @@ def _accept_named_key(m: re.Match[str]) -> bool:
         return False
     if value.startswith((*_SSH_PUBLIC_KEY_BODIES, *_DATA_BASE64)) or _HEX_NUMBER.fullmatch(value):
         return False  # an ssh public key, base64 media or JSON (a JWT has its own rule), a number
+    return _is_key_value(value)
+
+
+def _is_key_value(value: str) -> bool:
+    """Hex of 32 or more, a UUID, a key's shape, or letters and digits as random as a key's."""
     return _looks_like_key(value) or _has_token_shape(value) or _is_random_key(value)
 
 
@@ -1604,6 +1609,13 @@ _RULES: tuple[_Rule, ...] = (
         ("value",),
         _accept_authorization,
         _trigger("authorization"),
+    ),
+    _Rule(  # `"X-Auth": "Bearer <hex>"`, `token: Bearer <key>`: the scheme word says a credential follows, any header
+        KIND_PASSWORD,
+        re.compile(r"\b[Bb]earer[ \t]+(?P<value>[A-Za-z0-9._~+/-]{16,4096}={0,2})(?![A-Za-z0-9._~+/=-])"),
+        ("value",),
+        lambda m: not _is_excluded_value(m.group("value")) and _is_key_value(m.group("value")),
+        _trigger("bearer"),
     ),
     _Rule(  # curl -u user:PASS, --user user:'PASS', -u "user:PASS PHRASE"
         KIND_PASSWORD,
