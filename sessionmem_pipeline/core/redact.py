@@ -1527,6 +1527,13 @@ _RULES: tuple[_Rule, ...] = (
         ),
         accept=_has_key_body,
     ),
+    _Rule(  # a PuTTY key file's private part: the base64 lines after `Private-Lines: N`
+        KIND_PRIVATE_KEY,
+        re.compile(r"(?m)Private-Lines:[ \t]*\d{1,3}[ \t]*\r?\n(?P<value>[A-Za-z0-9+/=]{4,200}\r?$(?:\n[A-Za-z0-9+/=]{4,200}\r?$){0,99})"),
+        ("value",),
+        trigger=_trigger("private-lines"),
+        lines=101,
+    ),
     _Rule(  # a PEM private key encoded once more in base64 (Kubernetes `tls.key:`, CI variables): `LS0tLS1CRUdJTi…`
         KIND_PRIVATE_KEY,
         re.compile(r"\bLS0tLS1CRUdJTi[A-Za-z0-9+/]{40,16000}={0,2}"),
