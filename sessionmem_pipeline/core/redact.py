@@ -1624,6 +1624,20 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: not _is_excluded_value(m.group("value")) and _is_key_value(m.group("value")),
         _trigger("bearer"),
     ),
+    _Rule(  # `curl -u sk_<key>:`: an API key as the user name, with no password (Stripe, Mailgun and others)
+        KIND_PASSWORD,
+        re.compile(r"(?:^|\s)(?:-u|--user)[ \t]+[\"']?(?P<value>[A-Za-z0-9_.~+/-]{16,256}):(?=[\"']?(?:\s|$))"),
+        ("value",),
+        lambda m: _is_key_value(m.group("value")),
+        _trigger("-u"),
+    ),
+    _Rule(  # `https://<token>@github.com/…`: a key as a URL's user name, with no password
+        KIND_PASSWORD,
+        re.compile(r"://(?P<value>[A-Za-z0-9_.~-]{20,300})@[A-Za-z0-9-]+\.[A-Za-z0-9.-]"),
+        ("value",),
+        lambda m: _is_key_value(m.group("value")),
+        _trigger("://"),
+    ),
     _Rule(  # curl -u user:PASS, --user user:'PASS', -u "user:PASS PHRASE"
         KIND_PASSWORD,
         re.compile(
