@@ -1263,8 +1263,8 @@ _NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|auth|_pat\b|-pat\b")
 # bodies, lines of a wrapped base64 block; and a value with a name (`rookTable = …`, `"nonce": "…"`) is left to
 # the name rules, which judge the name.
 
-_TOKEN_RUN = re.compile(
-    r"(?:(?<=[A-Za-z0-9_]=)|(?<![A-Za-z0-9+/=_~.\\%-]))(?P<value>[A-Za-z0-9][A-Za-z0-9+/_~.\\%-]{18,4000}[A-Za-z0-9]={0,2})(?![A-Za-z0-9+/=_~\\%-])"
+_TOKEN_RUN = re.compile(  # a run may start with base64's `+`, not with `/` (a path)
+    r"(?:(?<=[A-Za-z0-9_]=)|(?<![A-Za-z0-9+/=_~.\\%-]))(?P<value>[A-Za-z0-9+][A-Za-z0-9+/_~.\\%-]{18,4000}[A-Za-z0-9]={0,2})(?![A-Za-z0-9+/=_~\\%-])"
 )
 _PREFIXED_TOKEN = re.compile(r"(?P<prefix>[a-z][a-z0-9]{1,11}(?:[_-][a-z0-9]{1,11}){0,2}[_-])(?P<body>[A-Za-z0-9][\w-]{18,250})")
 _ID_PREFIXES = frozenset(  # objects' ids, not credentials: Anthropic, OpenAI, Stripe, AWS, Clerk, and generic ones
