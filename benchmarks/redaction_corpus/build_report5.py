@@ -23,6 +23,7 @@ import ast
 import random
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from build_report3 import existing_values
@@ -220,13 +221,19 @@ def in_context(kind: str, value: str, index: int, contexts: tuple[str, ...] = CO
     )
 
 
-def secret_entries(examples: list[Example], used_values: set[str]) -> tuple[list[str], dict[str, int]]:
-    """Per kind, a `## ---` header naming its sources, its examples, then its first distinct values in contexts."""
+def secret_entries(
+    examples: list[Example],
+    used_values: set[str],
+    place: Callable[[str, str, int], str] = in_context,
+    context_values: int = CONTEXT_VALUES,
+) -> tuple[list[str], dict[str, int]]:
+    """Per kind, a `## ---` header naming its sources, its examples, then its first `context_values` distinct
+    one-line values each `place`d in a context."""
     return report4_secret_entries(
         examples,
         used_values,
-        place=in_context,
-        chosen=lambda values: [value for value in values if "\n" not in value][:CONTEXT_VALUES],
+        place=place,
+        chosen=lambda values: [value for value in values if "\n" not in value][:context_values],
         skipped=lambda text: not text.strip() or bool({"<<<", ">>>"} & set(text.splitlines())),
         note="examples literal + contexts",
         sort_kinds=True,

@@ -27,9 +27,9 @@ import regex
 
 from build_report3 import NOT_CREDENTIALS, SKIPPED_RULES, existing_values, kind_of, load_rules, secret_spans
 from build_report4 import Draw, Example, draw_lines, write_half
-from build_report4 import secret_entries as report4_secret_entries
 from build_report5 import KEY_LIKE
 from build_report5 import in_context as report5_in_context
+from build_report5 import secret_entries as report5_secret_entries
 
 OUT = Path(__file__).resolve().parent / "report6"
 TITUS_RULES = "pkg/rule/rules"
@@ -198,15 +198,7 @@ def drawn_lookalikes(rng: random.Random) -> list[str]:
 def main(titus_dir: str, noseyparker_dir: str, kingfisher_dir: str) -> None:
     commit, rules = load_rules(titus_dir, TITUS_RULES)
     examples, negatives = titus_examples(rules, report3_texts(noseyparker_dir, kingfisher_dir))
-    secrets, kinds = report4_secret_entries(
-        examples,
-        existing_values(OUT.parent, "report6"),
-        place=in_context,
-        chosen=lambda values: [value for value in values if "\n" not in value][:CONTEXT_VALUES],
-        skipped=lambda text: not text.strip() or bool({"<<<", ">>>"} & set(text.splitlines())),
-        note="examples literal + contexts",
-        sort_kinds=True,
-    )
+    secrets, kinds = report5_secret_entries(examples, existing_values(OUT.parent, "report6"), in_context, CONTEXT_VALUES)
     write_half(
         OUT,
         {"praetorian-inc/titus": commit},

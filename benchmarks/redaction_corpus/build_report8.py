@@ -28,6 +28,7 @@ from __future__ import annotations
 import random
 import re
 import sys
+from functools import partial
 from pathlib import Path
 
 import regex
@@ -35,9 +36,9 @@ import yaml
 
 from build_report3 import NOT_CREDENTIALS, existing_values
 from build_report4 import Draw, Example, draw_lines, git, kebab, placeholder, write_half
-from build_report4 import secret_entries as report4_secret_entries
 from build_report5 import KEY_LIKE, GoExpression, go_constants
 from build_report5 import in_context as report5_in_context
+from build_report5 import secret_entries as report5_secret_entries
 from build_report6 import narrowed
 
 OUT = Path(__file__).resolve().parent / "report8"
@@ -51,10 +52,10 @@ CUSTOM_NOT_CREDENTIALS = {
 }
 # 2ms rules named for something that is not a credential (beside build_report3's list).
 TWOMS_NOT_CREDENTIALS = re.compile(r"Client-Id|ClientId|Client-ID|\bHost\b|Public|Account-Id", re.IGNORECASE)
-CONTEXT_VALUES = 2
 # Many 2ms tests place one value in gitleaks' ~80 sample templates (which the tuning side already holds): a value's
 # first examples are kept, so no kind outweighs the others.
 EXAMPLES_PER_VALUE = 2
+CONTEXT_VALUES = 2
 
 
 class GoRegex:
@@ -309,8 +310,7 @@ CONTEXTS = (
 )
 
 
-def in_context(kind: str, value: str, index: int) -> str:
-    return report5_in_context(kind, value, index, CONTEXTS)
+in_context = partial(report5_in_context, contexts=CONTEXTS)
 
 
 def drawn_lookalikes(rng: random.Random) -> list[str]:
@@ -372,15 +372,7 @@ def drawn_lookalikes(rng: random.Random) -> list[str]:
 def main(twoms_dir: str, custom_patterns_dir: str) -> None:
     twoms, twoms_negatives = twoms_examples(twoms_dir)
     custom, custom_negatives = custom_pattern_examples(custom_patterns_dir)
-    secrets, kinds = report4_secret_entries(
-        twoms + custom,
-        existing_values(OUT.parent, "report8"),
-        place=in_context,
-        chosen=lambda values: [value for value in values if "\n" not in value][:CONTEXT_VALUES],
-        skipped=lambda text: not text.strip() or bool({"<<<", ">>>"} & set(text.splitlines())),
-        note="examples literal + contexts",
-        sort_kinds=True,
-    )
+    secrets, kinds = report5_secret_entries(twoms + custom, existing_values(OUT.parent, "report8"), in_context, CONTEXT_VALUES)
     commits = {
         "Checkmarx/2ms": git(twoms_dir, "rev-parse", "HEAD").strip(),
         "advanced-security/secret-scanning-custom-patterns": git(custom_patterns_dir, "rev-parse", "HEAD").strip(),
