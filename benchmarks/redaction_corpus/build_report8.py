@@ -218,7 +218,7 @@ def twoms_examples(git_dir: str) -> tuple[list[Example], list[str]]:
         for example in go_string_list(text, "truePositives"):
             spans = []
             for m in pattern.finditer(example):
-                start, end = narrowed(example, gitleaks_span(pattern, group, m))
+                start, end = credential_part(example, gitleaks_span(pattern, group, m))
                 while start < end and example[start] in "\"'`":
                     start += 1
                 while end > start and example[end - 1] in "\"'`":
@@ -243,14 +243,18 @@ def lines_around(text: str, start: int, end: int) -> tuple[str, tuple[int, int]]
 
 
 CREDENTIAL_PARAMETER = re.compile(r"(?i)(?:password|pwd|sig|X-Amz-Signature)=([^;&\s\"']+)")
+SLACK_WEBHOOK = re.compile(r"(?:https?://)?hooks\.slack\.com/(?:services|workflows|triggers)/")  # then the secret path
 
 
 def credential_part(text: str, span: tuple[int, int]) -> tuple[int, int]:
     """A match holding a whole connection string, SAS or presigned URL narrowed to its password or signature, a
-    `user:password` after `://` to the password (the convention), else build_report6's narrowing."""
+    Slack webhook URL to its path, a `user:password` after `://` to the password (the convention), else
+    build_report6's narrowing."""
     start, end = span
     if m := CREDENTIAL_PARAMETER.search(text, start, end):
         return m.span(1)
+    if m := SLACK_WEBHOOK.match(text, start, end):
+        return m.end(), end
     if text[:start].endswith("://") and ":" in text[start:end]:
         return text.index(":", start) + 1, end
     return narrowed(text, span)
