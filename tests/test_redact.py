@@ -327,23 +327,25 @@ def test_benchmark_reports_every_half() -> None:
     )
     figures = json.loads(completed.stdout)
     assert figures["redaction_version"] == redact_module.REDACTION_VERSION
-    report, report6, report5 = figures["report"], figures["report6"], figures["report5"]
+    report, report7, report6, report5 = figures["report"], figures["report7"], figures["report6"], figures["report5"]
     report4, report3, report2, tuning = figures["report4"], figures["report3"], figures["report2"], figures["tuning"]
     assert report["secrets"] >= 150 and len(report["by_kind"]) >= 40 and report["clean_lines"] >= 200
     assert tuning["catch_rate"] == 1.0, tuning["misses"]
     assert tuning["clean_altered"] == 0, tuning["false_positives"]
     # floors against regressions; the targets are 0.99 caught and 0.01 altered
-    assert report["catch_rate"] >= 0.914  # version 10 measured 289/316 on report7, once (version 9: 289/316)
-    assert report["false_positive_rate"] == 0.0  # versions 9 and 10: 0/215 on report7
-    assert report6["catch_rate"] >= 0.955  # version 10: 455/476 on report6, tuned on (version 9 measured 403/483, once)
+    assert report["catch_rate"] >= 0.859  # version 11 measured 735/873 on report8, once; 749/871 re-marked (v10: 740/871)
+    assert report["false_positive_rate"] <= 0.028  # versions 10 and 11: 6/217 on report8 (2ms's false positives)
+    assert report7["catch_rate"] == 1.0  # version 11: 316/316 on report7, tuned on (version 10 measured 289/316, once)
+    assert report7["false_positive_rate"] == 0.0  # versions 9 to 11: 0/215 on report7
+    assert report6["catch_rate"] >= 0.964  # version 11: 459/476 on report6, tuned on (version 9 measured 403/483, once)
     assert report6["false_positive_rate"] <= 0.014  # version 10: 3/228 on report6, weak passwords (version 9: 20/228)
     assert report5["catch_rate"] >= 0.919  # version 10: 367/399 on report5, tuned on (version 8 measured 332/399, once)
     assert report5["false_positive_rate"] <= 0.003  # version 10: 1/356 on report5, a weak password (version 9: 4/356)
-    assert report4["catch_rate"] >= 0.710  # versions 9 and 10: 196/276 on report4 (version 7 measured 188/276, once)
+    assert report4["catch_rate"] >= 0.717  # version 11: 198/276 on report4 (version 7 measured 188/276, once)
     assert report4["false_positive_rate"] <= 0.050  # version 10: 32/645 on report4 (versions 7 to 9: 36/645)
-    assert report3["catch_rate"] >= 0.925  # version 10: 448/484 on report3 (webhooks marked by their path)
+    assert report3["catch_rate"] >= 0.933  # version 11: 452/484 on report3 (webhooks marked by their path)
     assert report3["false_positive_rate"] <= 0.023  # versions 6 to 10: 6/267 on report3
-    assert report2["catch_rate"] >= 0.903  # versions 9 and 10: 280/310 on report2
+    assert report2["catch_rate"] >= 0.906  # version 11: 281/310 on report2
     assert report2["false_positive_rate"] <= 0.048  # version 10: 13/272 on report2 (version 9: 12/272)
 
 
