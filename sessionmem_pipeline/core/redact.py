@@ -832,7 +832,7 @@ def _accept_spaced_value(m: re.Match[str]) -> bool:
 def _accept_named_key(m: re.Match[str]) -> bool:
     """A key after a credential's name and blanks (or `is`), whatever the name's spelling: hex of 32 or more, a UUID,
     or letters and digits as random as a key (not a digest or id the word before names: `cache key <hex>`)."""
-    name, value = m.group("name"), m.group("value").rstrip(".")
+    name, value = m.group("name"), m.group("value")
     if _name_strength(name) == _NONE or _word_before(m.string, m.start()) in _NOT_KEY_QUALIFIERS:
         return False
     if _is_excluded_value(value) or _names_a_secret(value, name) or _is_labelled_hex(value) or _is_dotted_name(value):
@@ -1619,7 +1619,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(  # `"X-Auth": "Bearer <hex>"`, `token: Bearer <key>`: the scheme word says a credential follows, any header
         KIND_PASSWORD,
-        re.compile(r"\b[Bb]earer[ \t]+(?P<value>[A-Za-z0-9._~+/-]{16,4096}={0,2})(?![A-Za-z0-9._~+/=-])"),
+        re.compile(r"\b[Bb]earer[ \t]+(?P<value>[A-Za-z0-9._~+/-]{15,4096}[A-Za-z0-9_~+/-]={0,2})(?![A-Za-z0-9_~+/=-]|\.\w)"),
         ("value",),
         lambda m: not _is_excluded_value(m.group("value")) and _is_key_value(m.group("value")),
         _trigger("bearer"),
@@ -1911,7 +1911,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(
             r"(?<![\w.-])(?P<name>[A-Za-z_][\w.-]{1,80})[\"'`]?[ \t]+(?:(?:is|was|to)[ \t]+)?[\"'`]?"
-            r"(?P<value>[A-Za-z0-9+/_~-][A-Za-z0-9+/_.~-]{14,400}={0,2})(?=$|[\s,;)\"'`])"
+            r"(?P<value>[A-Za-z0-9+/_~-][A-Za-z0-9+/_.~-]{13,400}[A-Za-z0-9+/_~-]={0,2})(?=$|[\s,;)\"'`]|\.(?!\w))"
         ),
         ("value",),
         _accept_named_key,
