@@ -92,7 +92,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "11"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "12"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -1223,12 +1223,46 @@ def _is_encoded_private_key(m: re.Match[str]) -> bool:
     return b"PRIVATE KEY" in decoded
 
 
+def _is_token_like(m: re.Match[str]) -> bool:
+    """Not words joined by dots (`eyebrows.eyelids.`): a token's first part has a digit or a capital letter."""
+    head = m.group(0).split(".", 1)[0]
+    return any(c.isdigit() or c.isupper() for c in head)
+
+
+def _decoded_base64(text: str) -> bytes:
+    """`text` as base64 (standard or url-safe), padding restored; b"" when it is not base64."""
+    body = text.rstrip("=").replace("-", "+").replace("_", "/")
+    try:
+        return base64.b64decode(body + "=" * (-len(body) % 4))
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _is_encoded_jwt(m: re.Match[str]) -> bool:
+    """`ZXlK…` decodes to `eyJ…`: a JWT, or its header, when the decoded text is base64url with a dot or is long."""
+    decoded = _decoded_base64(m.group(0)[: len(m.group(0)) // 4 * 4])
+    return bool(_ENCODED_JWT.match(decoded))
+
+
+_ENCODED_JWT = re.compile(rb"eyJ[A-Za-z0-9_-]{8,}(?:\.|[A-Za-z0-9_-]{24})")
+_KEY_FIELD = re.compile(rb'"(?:k|key|api_?key|secret|client_secret|token|access_token|password|private_key)"\s*:\s*"[^"]{8}')
+
+
+def _is_encoded_key_object(m: re.Match[str]) -> bool:
+    """`eyJrIjoi…` decodes to `{"k":"<8 or more characters>…`: an object holding a key, not data."""
+    return bool(_KEY_FIELD.search(_decoded_base64(m.group(0)[: len(m.group(0)) // 4 * 4])))
+
+
 def _has_key_body(m: re.Match[str]) -> bool:
-    """A PEM block with a base64 body; `-----BEGIN … PRIVATE KEY----------END …` is an empty template."""
-    return bool(_KEY_BODY.search(m.group(0)))
+    """A PEM block with a base64 body, however short when the block is whole (a test key's `AAAA`);
+    `-----BEGIN … PRIVATE KEY----------END …` is an empty template, `…PRIVATE KEY-----\n...\n-----END` a shortened one."""
+    block = m.group(0)
+    return bool((_WHOLE_BLOCK_BODY if "END" in block[-40:] else _KEY_BODY).search(block))
 
 
 _KEY_BODY = re.compile(r"[A-Za-z0-9+/]{20}")
+_WHOLE_BLOCK_BODY = re.compile(r"PRIVATE KEY(?: BLOCK)?-{2,5}(?:\s|\\[rn])*[A-Za-z0-9+/]{4}")
+_PEM_LINES = 400  # a key block's lines: a 4096-bit RSA key has about 50, a PGP block a few hundred
 
 
 def _accept_symbol_password(m: re.Match[str]) -> bool:
@@ -1518,14 +1552,17 @@ def _is_vendor_word(word: str) -> bool:
 
 
 _RULES: tuple[_Rule, ...] = (
-    _Rule(
+    _Rule(  # a PEM, OpenSSH or PGP private key block in any carrier: plain lines, `\n`-escaped in JSON or a
+        # string, its dashes shortened (`--BEGIN PRIVATE KEY--`)
         KIND_PRIVATE_KEY,
         re.compile(
-            r"-----BEGIN[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-----"
-            r"(?:[\s\S]{0,12000}?-----END[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-----"
-            r"|(?:\s|\\n)+[A-Za-z0-9+/=\s\\:,-]{40,12000})"  # a block cut short (trimmed output): its base64 body
+            r"-{2,5}BEGIN[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-{2,5}"
+            r"(?:[\s\S]{0,12000}?-{2,5}END[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-{2,5}"
+            r"|(?:\s|\\[rn])+[A-Za-z0-9+/=\s\\:,-]{40,12000})"  # a block cut short (trimmed output): its base64 body
         ),
         accept=_has_key_body,
+        trigger=_trigger("private key"),
+        lines=_PEM_LINES,
     ),
     _Rule(  # a PuTTY key file's private part: the base64 lines after `Private-Lines: N`
         KIND_PRIVATE_KEY,
@@ -1596,7 +1633,24 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: _looks_random(m.group("value")) or _is_hex_key(m.group("value")),
         _trigger("/v"),
     ),
-    _Rule(KIND_JWT, re.compile(r"\beyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,8192}"), trigger=_trigger("eyj")),
+    _Rule(  # a JWT, or any three-part token whose first two parts are base64 of JSON (`ey…` is `{…`), padding too
+        KIND_JWT,
+        re.compile(r"\bey[A-Za-z0-9_/+-]{8,8192}\.ey[A-Za-z0-9_/+-]{8,8192}\.[A-Za-z0-9_/+-]{0,8192}(?:={1,2}(?![\w=]))?"),
+        accept=_is_token_like,
+        trigger=_trigger(r"\.ey"),
+    ),
+    _Rule(  # a JWT encoded once more in base64 (`ZXlK` is `eyJ`), in a config value or a header
+        KIND_JWT,
+        re.compile(r"\bZXlK[A-Za-z0-9+/]{40,16000}={0,2}"),
+        accept=_is_encoded_jwt,
+        trigger=_trigger("zxlk"),
+    ),
+    _Rule(  # base64 of a JSON object that holds a key (Grafana's `eyJrIjoi…`: `{"k":"…`), standing on its own
+        KIND_TOKEN,
+        re.compile(r"(?<![\w+/.-])eyJ[A-Za-z0-9+/_-]{24,4096}={0,2}(?![\w+/.=-])"),
+        accept=_is_encoded_key_object,
+        trigger=_trigger("eyj"),
+    ),
     _Rule(  # scheme://user:PASS@host keeps user and host; the password runs to the last `@` (`m42p!o@2wd@host`)
         KIND_PASSWORD,
         re.compile(
