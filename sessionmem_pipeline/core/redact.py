@@ -559,10 +559,16 @@ _NONE, _WEAK, _STRONG = 0, 1, 2
 
 def _name_parts(name: str) -> list[str]:
     """`config.dbPassword` -> ["db", "password"]: the words of a name's last dotted segment (`token.tag` is
-    an attribute of a token, not a token)."""
-    last_segment = name.rstrip(".").rsplit(".", 1)[-1]
+    an attribute of a token, not a token), two segments when the last is a bare `key` (`api.key`)."""
+    segments = name.rstrip(".").rsplit(".", 2)
+    last_segment = segments[-1]
+    if last_segment.lower() == "key" and len(segments) > 1:
+        last_segment = f"{segments[-2]}_{last_segment}"  # `cloudflare.api.key`: the segment before says which key
     spaced = _CAMEL_BOUNDARY.sub(lambda m: f"{m[1] or m[3]}_{m[2] or m[4]}", last_segment)
-    return [part for part in re.split(r"[_\-\s]+", spaced.lower()) if part]
+    return [_PLURAL_PASSWORD.sub("", part) for part in re.split(r"[_\-\s]+", spaced.lower()) if part]
+
+
+_PLURAL_PASSWORD = re.compile(r"(?:(?<=password)|(?<=passwd))s$")  # `ENV_PASSWORDS`: a list of passwords (not `max_tokens`)
 
 
 def _is_password_name(name: str) -> bool:
@@ -605,6 +611,7 @@ def _name_strength(name: str) -> int:
 
 
 _ALNUM_ONLY = re.compile(r"[^a-z0-9]")
+_IDENTIFIER_LIKE = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def _names_a_secret(value: str, name: str) -> bool:
@@ -613,9 +620,11 @@ def _names_a_secret(value: str, name: str) -> bool:
     if lowered == name.lower() or lowered in _name_parts(name):
         return True
     spelled_value, spelled_name = _ALNUM_ONLY.sub("", lowered), _ALNUM_ONLY.sub("", name.lower())
-    if len(spelled_value) >= 6 and (spelled_value in spelled_name or spelled_name in spelled_value):
-        return True  # `KeyMeshing = "id-Gost28147-89-None-KeyMeshing"`: the value spells the name
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+    if spelled_value.startswith(spelled_name) and spelled_value[len(spelled_name) :].isdigit():
+        return False  # `password = "Password123"`: the name's word with digits is the weak password itself
+    if len(spelled_value) >= 6 and (spelled_value in spelled_name or spelled_name in spelled_value) and _IDENTIFIER_LIKE.fullmatch(value):
+        return True  # `KeyMeshing = "id-Gost28147-89-None-KeyMeshing"`: the value spells the name (not `MySecretPassword!`)
+    if not _IDENTIFIER_LIKE.fullmatch(value):
         return False
     parts = _name_parts(value.replace(".", "_"))
     names_one = any(p.endswith(_STRONG_SUFFIXES) or p in ("key", "keys", "pass", "pwd") for p in parts)
@@ -1125,8 +1134,8 @@ def _word_before(text: str, start: int) -> str:
 def _is_stand_in(name: str, value: str) -> bool:
     """`API_TOKEN=short`, `API_KEY=abcdef1234`: a word of a few letters or a value typed out in order under a key or
     token name is a stand-in (keys and tokens are longer and random); under a password or secret name it may be the
-    (weak) password itself (`DB_PASSWORD=test1234`), so it is redacted there."""
-    if _is_password_name(name) or _is_secret_name(name):
+    (weak) password itself (`DB_PASSWORD=test1234`, `SECRET_KEY=password123`), so it is redacted there."""
+    if _is_password_name(name) or _is_secret_name(name) or "secret" in _name_parts(name):
         return False
     return (len(value) < _KEY_SHORTEST and value.isalpha()) or _is_typed_filler(value.strip())
 
@@ -1626,6 +1635,13 @@ _RULES: tuple[_Rule, ...] = (
         _accept_webhook_path,
         _trigger("hooks/"),
     ),
+    _Rule(  # a presigned URL's signature (S3 `X-Amz-Signature=`, GCS `X-Goog-Signature=`, CloudFront `Signature=`)
+        KIND_TOKEN,
+        re.compile(r"[?&;](?:X-Amz-Signature|X-Goog-Signature|Signature)=(?P<value>[A-Za-z0-9%+/=_~-]{16,2048})"),
+        ("value",),
+        lambda m: not _is_blank(m.group("value")),
+        _trigger("signature="),
+    ),
     _Rule(  # a key in an API URL's path: `https://eth-mainnet.alchemyapi.io/v2/<key>`, `…infura.io/v3/<32 hex>`
         KIND_PASSWORD,
         re.compile(r"://[\w.-]{1,100}(?::\d{1,5})?/v\d{1,2}/(?P<value>[A-Za-z0-9_-]{32,64})(?![\w-])(?!/)"),
@@ -1692,16 +1708,16 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: _is_key_value(m.group("value")),
         _trigger("://"),
     ),
-    _Rule(  # curl -u user:PASS, --user user:'PASS', -u "user:PASS PHRASE"
+    _Rule(  # curl -u user:PASS, --user user:'PASS', -u "user:PASS PHRASE", -u ":PASS" (a password with no user)
         KIND_PASSWORD,
         re.compile(
-            r"(?:^|\s)(?:-u|--user)[ \t]+(?:\"(?P<dq_user>[^\s:\"]{1,256}):(?P<dq_all>[^\"\n]{1,256})\""
-            r"|'(?P<sq_user>[^\s:']{1,256}):(?P<sq_all>[^'\n]{1,256})'"
-            r"|(?P<user>[^\s:\"']{1,256}):" + _SHELL_WORD + ")"
+            r"(?:^|\s)(?:-u|--user)[ \t]+(?:\"(?P<dq_user>[^\s:\"]{0,256}):(?P<dq_all>[^\"\n]{1,256})\""
+            r"|'(?P<sq_user>[^\s:']{0,256}):(?P<sq_all>[^'\n]{1,256})'"
+            r"|(?P<user>[^\s:\"']{0,256}):" + _SHELL_WORD + ")"
         ),
         ("dq_all", "sq_all", "dq", "sq", "bare"),
         lambda m: _is_command_password(
-            m.group("dq_user") or m.group("sq_user") or m.group("user"), _first_group(m, "dq_all", "sq_all", "dq", "sq", "bare")
+            _first_group(m, "dq_user", "sq_user", "user"), _first_group(m, "dq_all", "sq_all", "dq", "sq", "bare")
         ),
         _trigger("-u"),
     ),
@@ -2093,7 +2109,7 @@ _RULES: tuple[_Rule, ...] = (
             r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?|\])?"  # `"key": `, `["KEY"] = `, `[key]:`
             r"(?:[ \t]*:[ \t]*&?(?:'static[ \t]+)?[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=])"  # a type: `password: str = `, Rust's `&str`
             r"|[ \t]+(?:string|String|str|\[\]byte)(?=[ \t]*=[^=]))?"  # Go: `var apiToken string = `
-            r"(?P<sp1>[ \t]*)(?P<sep>:{1,3}=|[?+.]=|=>|=(?![=~])|::(?![:=])|:(?![:/=])|,)(?P<sp2>[ \t]*)"  # make's `::=`, `?=`
+            r"(?P<sp1>[ \t]*)(?P<sep>:{1,3}=|\?\?=|\|\|=|[?+.]=|=>|=(?![=~])|::(?![:=])|:(?![:/=])|,)(?P<sp2>[ \t]*)"  # make's `::=`, `?=`, JS's `??=`
             + _QUOTED_VALUE
         ),
         _KV_VALUE_GROUPS,
