@@ -115,7 +115,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("gitlab-token", r"\bgl(?:pat|dt|rt|ptt|ft|imt|agent|oas|soat|ffct)-[0-9A-Za-z_.-]{20,300}"
                      r"|\bglcbt-[0-9A-Za-z]{1,5}_[0-9A-Za-z_-]{20,300}|\bGR1348941[\w-]{20,300}"),
     ("npm-token", r"\bnpm_[A-Za-z0-9]{36}\b"),
-    (KIND_SLACK, r"\bxox[abposre](?:\.xox[a-z])?-[0-9A-Za-z-]{10,300}|\bxapp-\d-[0-9A-Za-z-]{10,300}"),
+    (KIND_SLACK, r"\bxox[abposre](?:\.xox[a-z])?-(?=[A-Za-z-]{0,300}[0-9])[0-9A-Za-z-]{10,300}|\bxapp-\d-[0-9A-Za-z-]{10,300}"),
     (KIND_STRIPE, r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,255}|\bwhsec_[A-Za-z0-9+/=]{20,255}"),
     (KIND_GOOGLE, r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])|\bGOCSPX-[A-Za-z0-9_-]{20,255}|\bya29\.[0-9A-Za-z_-]{20,2048}"),
     ("sendgrid-key", r"\bSG\.[\w-]{16,32}\.[\w-]{16,64}"),
@@ -124,7 +124,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("docker-token", r"\bdckr_(?:pat|oat)_[A-Za-z0-9_-]{20,100}"),
     ("vault-token", r"\bhv[sbr]\.[\w-]{24,400}|\bs\.[A-Za-z0-9]{24}\b"),
     ("digitalocean-token", r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
-    ("telegram-token", r"(?<![0-9])[0-9]{5,16}:A[\w-]{34}(?![\w-])"),
+    ("telegram-token", r"(?:(?<=/bot)|(?<![A-Za-z0-9]))[0-9]{5,16}:A[\w-]{34}(?![\w-])"),  # a bot id, not `clm99224:`
     ("discord-token", r"\b[MNO][A-Za-z0-9_-]{23,27}\.[\w-]{6,7}\.[\w-]{27,40}(?![\w-])"),
     (KIND_AZURE, r"(?<![\w~.-])[\w~.]{3}\dQ~[\w~.-]{31,34}(?![\w~.-])"),
     ("twilio-key", r"\bSK[0-9a-fA-F]{32}\b"),
@@ -434,12 +434,17 @@ def _is_excluded_value(value: str) -> bool:
     return _is_blank(value) or bool(_VALUE_WORD.match(value.strip()))
 
 
+_IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
+
+
 def _looks_random(value: str) -> bool:
     """A token-like value: long, no spaces, letters and digits, high character entropy; not a hex digest or UUID."""
     if len(value) < 16 or not _TOKEN_CHARS.fullmatch(value) or _HEX_OR_UUID.match(value):
         return False
     if _is_dotted_name(value):
         return False  # `jetbrains.mps.v8_elimination`: a dotted name; `WSsDXzCD.uOcxAp7k…`: a key id and its secret
+    if _IPV4.search(value):
+        return False  # `x-someval-127.0.0.1`: an address in a label
     has_digit = any(c.isdigit() for c in value)
     has_alpha = any(c.isalpha() for c in value)
     if not (has_digit and has_alpha):
