@@ -888,6 +888,15 @@ _SECURE_STRING_TYPE = re.compile(r"(?i:--type)[ \t]+SecureString\b")
 _COMMAND_REACH = 200  # how far from `--value` its command's `--type SecureString` may be
 
 
+def _accept_set_command(m: re.Match[str]) -> bool:
+    """`pulumi config set --secret NAME VALUE`: any literal value; `netlify env:set NAME VALUE`: under a
+    credential's name."""
+    value = _first_group(m, "dq", "sq", "bare", "env_dq", "env_sq", "env_bare")
+    if value.startswith("-") or _is_excluded_value(value):
+        return False
+    return m.group("name") is None or _name_strength(m.group("name")) == _STRONG
+
+
 def _accept_secure_string_value(m: re.Match[str]) -> bool:
     """`--value …` of a command (up to `|`, `;`, `&` or the line's end) that also says `--type SecureString`: found
     with a few string searches per `--value`, so a line of thousands of them stays linear."""
@@ -1297,7 +1306,7 @@ def _trigger(pattern: str) -> re.Pattern[str]:
 
 
 _RARE_COMMANDS = _trigger(  # one scan for the rules of rare commands and forms, each then judged on these lines only
-    "psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify|networkcredential|directoryentry|unseal|/api/v1/"
+    "psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify|networkcredential|directoryentry|unseal|/api/v1/|pulumi"
 )
 _NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|auth|_pat\b|-pat\b")  # in every name `_name_strength` accepts
 
@@ -1873,6 +1882,17 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("dq", "sq", "bare"),
         lambda m: not _first_group(m, "dq", "sq", "bare").startswith("-") and not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
+        _RARE_COMMANDS,
+    ),
+    _Rule(  # pulumi config set --secret NAME VALUE (the flag says the value is a secret, whatever the name);
+        # netlify env:set NAME VALUE under a credential's name
+        KIND_PASSWORD,
+        re.compile(
+            r"\bpulumi[ \t]+config[ \t]+set[ \t]+--secret[ \t]+[\w.:-]{1,100}[ \t]+" + _SHELL_WORD
+            + r"|\bnetlify[ \t]+env:set[ \t]+(?P<name>[A-Za-z_]\w{0,100})[ \t]+" + _SHELL_WORD.replace("?P<", "?P<env_")
+        ),
+        ("dq", "sq", "bare", "env_dq", "env_sq", "env_bare"),
+        _accept_set_command,
         _RARE_COMMANDS,
     ),
     _Rule(  # .NET: new NetworkCredential("user", "PASS"), new DirectoryEntry("LDAP://…", "user", "PASS")
