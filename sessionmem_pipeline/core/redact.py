@@ -627,8 +627,8 @@ def _names_a_secret(value: str, name: str) -> bool:
     spelled_value, spelled_name = _ALNUM_ONLY.sub("", lowered), _ALNUM_ONLY.sub("", name.lower())
     if spelled_value.startswith(spelled_name) and spelled_value[len(spelled_name) :].isdigit():
         return False  # `password = "Password123"`: the name's word with digits is the weak password itself
-    if len(spelled_value) >= 6 and (spelled_value in spelled_name or spelled_name in spelled_value) and _IDENTIFIER_LIKE.fullmatch(value):
-        return True  # `KeyMeshing = "id-Gost28147-89-None-KeyMeshing"`: the value spells the name (not `MySecretPassword!`)
+    if len(spelled_value) >= 6 and (spelled_value in spelled_name or spelled_name in spelled_value):
+        return True  # `KeyMeshing = "id-Gost28147-89-None-KeyMeshing"`: the value spells the name
     if not _IDENTIFIER_LIKE.fullmatch(value):
         return False
     parts = _name_parts(value.replace(".", "_"))
@@ -1278,13 +1278,20 @@ def _is_encoded_key_object(m: re.Match[str]) -> bool:
 
 def _has_key_body(m: re.Match[str]) -> bool:
     """A PEM block with a base64 body, however short when the block is whole (a test key's `AAAA`);
-    `-----BEGIN … PRIVATE KEY----------END …` is an empty template, `…PRIVATE KEY-----\n...\n-----END` a shortened one."""
+    `-----BEGIN … PRIVATE KEY----------END …` is an empty template, `…PRIVATE KEY-----\nMIIE...\n-----END` a
+    shortened one."""
     block = m.group(0)
-    return bool((_WHOLE_BLOCK_BODY if "END" in block[-40:] else _KEY_BODY).search(block))
+    if "END" not in block[-40:]:
+        return bool(_KEY_BODY.search(block))
+    if _KEY_BODY.search(block):
+        return True
+    body = _WHOLE_BLOCK_BODY.search(block)  # a short body: data (`AAAA`), not words (`key goes here`) or `MIIE...`
+    return bool(body) and not re.search(r"\w[ \t]+\w|\.\.\.|…", _ESCAPED_BREAK.sub("\n", block[body.start(1) : block.rfind("END")]))
 
 
 _KEY_BODY = re.compile(r"[A-Za-z0-9+/]{20}")
-_WHOLE_BLOCK_BODY = re.compile(r"PRIVATE KEY(?: BLOCK)?-{2,5}(?:\s|\\[rn])*[A-Za-z0-9+/]{4}")
+_ESCAPED_BREAK = re.compile(r"\\[rn]")
+_WHOLE_BLOCK_BODY = re.compile(r"PRIVATE KEY(?: BLOCK)?-{2,5}(?:\s|\\[rn])*([A-Za-z0-9+/]{4})")
 _PEM_LINES = 400  # a key block's lines: a 4096-bit RSA key has about 50, a PGP block a few hundred
 
 
