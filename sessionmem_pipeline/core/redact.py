@@ -7,7 +7,11 @@ output are built from redacted text; collapsing and chunking do not redact again
   sk_test_…, AIza…, SG.…, hvs.…, dop_v1_…, dckr_pat_…, v1.0-…, AKCp…, A3-…, ntn_… and some seventy more,
   formats as published by the gitleaks and detect-secrets scanners; New Relic, Pixie, Jina, crates.io, TrueNAS,
   Segment, Mandrill, Ubidots, Vertex AI express mode `AQ.Ab8R…`, Postman, Packagist), Telegram and Discord bot
-  tokens, webhook URLs, Azure SAS signatures, PEM private-key blocks (also base64-encoded once more, `LS0tLS1CRUdJTi…`) and JWTs are redacted wherever they appear;
+  tokens, webhook URLs, Azure SAS signatures, presigned URL signatures (`X-Amz-Signature=`, `X-Goog-Signature=`,
+  `Signature=`), private-key blocks in any carrier (PEM, OpenSSH, PGP; plain lines, `\n`-escaped in a string,
+  dashes shortened, base64-encoded once more: `LS0tLS1CRUdJTi…`), JWTs and any three-part token whose first two
+  parts are base64 of JSON (`ey…`, padding too), a JWT base64-encoded once more (`ZXlK…`) and base64 of a JSON
+  object holding a key (`eyJrIjoi…`) are redacted wherever they appear;
   so is a key of a vendor no rule knows, by its shape: a short lower-case prefix then a random body (`tvly-…`,
   `sk-or-v1-…`), or 24 to 100 random characters standing on their own (an argument, an operand, a list item, a
   line): letters of both cases and digits (base64, url-safe too), or one case with digits interleaved, 32 or more
@@ -38,7 +42,8 @@ output are built from redacted text; collapsing and chunking do not redact again
   key holding `/` under any key name), a password inside a URL (`scheme://user:PASS@host`, user and host kept; the password runs to the last `@`),
   Redis `AUTH [user] PASS` (a prompt, MONITOR output, a client's log), Travis CI's `secure: "<encrypted>"`,
   `aws ssm put-parameter --type SecureString --value …`, an `Authorization:` header, `curl -u user:PASS` (quoted too),
-  `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`,
+  `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`, `curl -u ":PASS"`,
+  `pulumi config set --secret NAME VALUE`, `netlify env:set NAME VALUE`, JS's `process.env.API_TOKEN ??= "…"`,
   `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
   account SID, `X-…-Token:` headers, `PsExec … -p PASS`, `slcli … -k KEY`, token-taking logins (`cargo login`,
   `wandb login`, `ngrok config add-authtoken`, `snyk auth`, `doctl auth init -t`, `netlify --auth`), .NET
