@@ -38,15 +38,25 @@ import ast
 import json
 import random
 import re
+import string
 import sys
 from functools import partial
 from pathlib import Path
 
 import regex
 import yaml
-
 from build_report3 import NOT_CREDENTIALS, existing_values
-from build_report4 import Draw, Example, credential_span, draw_lines, git, kebab, pem_span, placeholder, write_half
+from build_report4 import (
+    Draw,
+    Example,
+    credential_span,
+    draw_lines,
+    git,
+    kebab,
+    pem_span,
+    placeholder,
+    write_half,
+)
 from build_report5 import KEY_LIKE
 from build_report5 import in_context as report5_in_context
 from build_report5 import secret_entries as report5_secret_entries
@@ -305,18 +315,11 @@ CONTEXTS = (
 )
 
 
-in_context = partial(report5_in_context, contexts=CONTEXTS)
-
-
 def drawn_lookalikes(rng: random.Random) -> list[str]:
     """Look-alikes drawn with a fixed seed from templates written for report9."""
-    draw = Draw(rng)
-    hexs, uid, b64, pick = draw.hexs, draw.uid, draw.b64, draw.pick
-    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-    lower = "abcdefghijklmnopqrstuvwxyz"
-
-    def vendor() -> str:
-        return rng.choice(["box", "db2", "heroku", "mailgun", "square", "stripe", "twilio", "linkedin", "paypal"])
+    hexs, uid, b64, pick = (getattr(Draw(rng), name) for name in ("hexs", "uid", "b64", "pick"))
+    alnum, lower = string.ascii_letters + string.digits, string.ascii_lowercase
+    vendor = partial(rng.choice, ["box", "db2", "heroku", "mailgun", "square", "stripe", "twilio", "linkedin", "paypal"])
 
     groups: dict[str, list] = {
         "references and empty values under key names": [
@@ -366,7 +369,7 @@ def main(horusec_dir: str, ibm_dir: str, checkov_dir: str, devskim_dir: str, rep
     devskim, devskim_negatives = devskim_examples(devskim_dir)
     supervisor = repo_supervisor_examples(repo_supervisor_dir)
     earlybird = earlybird_examples(earlybird_dir)
-    secrets, kinds = report5_secret_entries(merged(horusec + ibm + checkov + devskim + supervisor + earlybird), existing_values(OUT.parent, "report9"), in_context, CONTEXT_VALUES)
+    secrets, kinds = report5_secret_entries(merged(horusec + ibm + checkov + devskim + supervisor + earlybird), existing_values(OUT.parent, "report9"), partial(report5_in_context, contexts=CONTEXTS), CONTEXT_VALUES)
     commits = {
         "ZupIT/horusec": git(horusec_dir, "rev-parse", "HEAD").strip(),
         "IBM/detect-secrets": git(ibm_dir, "rev-parse", "HEAD").strip(),
