@@ -327,23 +327,28 @@ def test_benchmark_reports_every_half() -> None:
     )
     figures = json.loads(completed.stdout)
     assert figures["redaction_version"] == redact_module.REDACTION_VERSION
-    report, report7, report6, report5 = figures["report"], figures["report7"], figures["report6"], figures["report5"]
-    report4, report3, report2, tuning = figures["report4"], figures["report3"], figures["report2"], figures["tuning"]
-    assert report["secrets"] >= 150 and len(report["by_kind"]) >= 40 and report["clean_lines"] >= 200
+    report, report8, report7, report6 = figures["report"], figures["report8"], figures["report7"], figures["report6"]
+    report5, report4, report3, report2 = figures["report5"], figures["report4"], figures["report3"], figures["report2"]
+    tuning = figures["tuning"]
+    # report9's sources publish few non-placeholder examples: 95 secrets of 32 kinds (report8 has the issue's 150/40)
+    assert report["secrets"] >= 90 and len(report["by_kind"]) >= 30 and report["clean_lines"] >= 200
+    assert report8["secrets"] >= 150 and len(report8["by_kind"]) >= 40 and report8["clean_lines"] >= 200
     assert tuning["catch_rate"] == 1.0, tuning["misses"]
     assert tuning["clean_altered"] == 0, tuning["false_positives"]
     # floors against regressions; the targets are 0.99 caught and 0.01 altered
-    assert report["catch_rate"] >= 0.859  # version 11 measured 735/873 on report8, once; 749/871 re-marked (v10: 740/871)
-    assert report["false_positive_rate"] <= 0.028  # versions 10 and 11: 6/217 on report8 (2ms's false positives)
+    assert report["catch_rate"] >= 0.842  # version 12 measured 80/95 on report9, once (v10: 79/95)
+    assert report["false_positive_rate"] <= 0.062  # version 12: 13/211 on report9, words under password names (v10: 12/211)
+    assert report8["catch_rate"] >= 0.958  # version 12: 835/871 on report8, tuned on (version 11 measured 749/871, once)
+    assert report8["false_positive_rate"] <= 0.010  # version 12: 2/217 on report8 (versions 10 and 11: 6/217)
     assert report7["catch_rate"] == 1.0  # version 11: 316/316 on report7, tuned on (version 10 measured 289/316, once)
     assert report7["false_positive_rate"] == 0.0  # versions 9 to 11: 0/215 on report7
     assert report6["catch_rate"] >= 0.964  # version 11: 459/476 on report6, tuned on (version 9 measured 403/483, once)
     assert report6["false_positive_rate"] <= 0.014  # version 10: 3/228 on report6, weak passwords (version 9: 20/228)
     assert report5["catch_rate"] >= 0.919  # version 10: 367/399 on report5, tuned on (version 8 measured 332/399, once)
     assert report5["false_positive_rate"] <= 0.003  # version 10: 1/356 on report5, a weak password (version 9: 4/356)
-    assert report4["catch_rate"] >= 0.717  # version 11: 198/276 on report4 (version 7 measured 188/276, once)
+    assert report4["catch_rate"] >= 0.728  # version 12: 201/276 on report4 (version 7 measured 188/276, once)
     assert report4["false_positive_rate"] <= 0.050  # version 10: 32/645 on report4 (versions 7 to 9: 36/645)
-    assert report3["catch_rate"] >= 0.933  # version 11: 452/484 on report3 (webhooks marked by their path)
+    assert report3["catch_rate"] >= 0.935  # version 12: 453/484 on report3 (webhooks marked by their path)
     assert report3["false_positive_rate"] <= 0.023  # versions 6 to 10: 6/267 on report3
     assert report2["catch_rate"] >= 0.906  # version 11: 281/310 on report2
     assert report2["false_positive_rate"] <= 0.048  # version 10: 13/272 on report2 (version 9: 12/272)
@@ -355,8 +360,8 @@ def test_routine_benchmark_output_hides_the_report_half_failures(capsys) -> None
     table = capsys.readouterr().out
     BENCHMARK.main(["--json"])
     figures = json.loads(capsys.readouterr().out)
-    assert all(f"{half} half" in table for half in ("REPORT", "REPORT6", "REPORT5", "REPORT4", "REPORT3", "REPORT2"))
-    halves = ("report", "report6", "report5", "report4", "report3", "report2")
+    assert all(f"{half} half" in table for half in ("REPORT", "REPORT8", "REPORT6", "REPORT5", "REPORT4", "REPORT3", "REPORT2"))
+    halves = ("report", "report8", "report6", "report5", "report4", "report3", "report2")
     assert not any(f"{half} {title}" in table for half in halves for title in ("missed", "altered"))
     assert all(figures[half]["misses"] == [] == figures[half]["false_positives"] for half in halves)
 
