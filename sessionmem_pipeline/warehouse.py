@@ -62,7 +62,7 @@ def _remember_missing(name: str) -> None:
 _remember_missing("pandas")
 
 DATABASE = "wh"
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -305,6 +305,15 @@ MIGRATIONS: dict[int, list[str]] = {
         # input each session's links were computed from
         "CREATE TABLE thread_links (project VARCHAR, session_a VARCHAR, session_b VARCHAR)",
         "CREATE TABLE thread_inputs (session_id VARCHAR, project VARCHAR, input_fp VARCHAR)",
+    ],
+    10: [  # each session's thread input itself (stages/threads.py): its start, latest summary (id, version, whether
+        # it has a vector), topics and files, so a change reads its unchanged neighbours from here and not from the
+        # summaries' JSON; the next threads run rebuilds the threads, links and inputs
+        "DROP TABLE thread_inputs",
+        """CREATE TABLE thread_inputs (
+            session_id VARCHAR, project VARCHAR, started_at TIMESTAMPTZ, summary_id VARCHAR, summary_version INTEGER,
+            embedded BOOLEAN, topics VARCHAR[], files VARCHAR[])""",
+        "DELETE FROM meta WHERE key = 'threads_built_from'",
     ],
 }
 
