@@ -107,7 +107,9 @@ def _record_inputs(wh: Warehouse, inputs: Sequence[ThreadInput]) -> None:
     with wh._registered(table) as incoming:
         wh.conn.execute(
             f"""INSERT INTO thread_inputs BY NAME
-                SELECT now.*, i.topics, i.files FROM ({NOW}) now JOIN {incoming} i USING (session_id)"""
+                SELECT now.*, i.topics, i.files
+                FROM ({NOW} AND s.session_id IN (SELECT session_id FROM {incoming})) now
+                JOIN {incoming} i USING (session_id)"""
         )
 
 
