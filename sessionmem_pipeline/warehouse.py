@@ -321,6 +321,7 @@ MIGRATIONS: dict[int, list[str]] = {
     11: [  # when each stage_state row was recorded (a counter, meta 'stage_seq'), so a stage compares only the
         # upstream rows recorded since it was last seen up to date (Warehouse.stale_sessions)
         "ALTER TABLE stage_state ADD COLUMN recorded_seq BIGINT DEFAULT 0",
+        "DELETE FROM meta WHERE key LIKE 'clean:%'",  # every row at 0: no stage is marked up to date yet
     ],
 }
 
@@ -1472,8 +1473,8 @@ class Warehouse(_Queries):
             return
         seq = int(self.get_meta("stage_seq") or 0) + 1  # higher than any clean mark (stale_sessions)
         self.set_meta("stage_seq", str(seq))
-        if not (self.get_meta(f"clean:{stage}") or f"{stage_key}|").startswith(f"{stage_key}|"):
-            self.conn.execute("DELETE FROM meta WHERE key = ?", [f"clean:{stage}"])  # rows under another key
+        self.conn.execute(  # rows under another key void the stage's mark
+            "DELETE FROM meta WHERE key = ? AND NOT starts_with(value, ?)", [f"clean:{stage}", f"{stage_key}|"])
         self.delete_where_stage(stage, list(fingerprints))
         self.insert(
             "stage_state",
