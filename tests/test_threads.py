@@ -288,6 +288,23 @@ class _Project:
             self.wh.conn.execute("UPDATE sessions SET summary_version = ? WHERE session_id = ?", [version, session_id])
         return session_id
 
+    def fill_vector(self) -> bool:
+        """A latest summary without a vector gets it (as the embed step does later); False when all have one."""
+        missing = self.wh.conn.execute(
+            """SELECT v.session_id FROM sessions s JOIN session_summaries v
+               ON v.session_id = s.session_id AND v.version = s.summary_version WHERE v.embedding IS NULL
+               ORDER BY v.session_id"""
+        ).fetchall()
+        if not missing:
+            return False
+        session_id = missing[int(self.rng.integers(len(missing)))][0]
+        with self.wh.transaction():
+            self.wh.conn.execute(
+                "UPDATE session_summaries SET embedding = ? WHERE session_id = ? AND version = ?",
+                [[float(x) for x in self.centers[0]], session_id, self.sessions[session_id]],
+            )
+        return True
+
     def update(self, column: str, value) -> None:
         with self.wh.transaction():
             self.wh.conn.execute(f"UPDATE sessions SET {column} = ? WHERE session_id = ?", [value, self.pick()])
@@ -299,13 +316,18 @@ class _Project:
             self.wh.conn.execute("DELETE FROM sessions WHERE session_id = ?", [session_id])
 
     def step(self) -> str:
-        kind = str(self.rng.choice(["add", "add", "resummarize", "resummarize", "delete", "move", "project"]))
+        kind = str(self.rng.choice(["add", "add", "resummarize", "resummarize", "delete", "move", "project",
+                                    "embed"]))
+        if kind == "embed" and not self.fill_vector():
+            kind = "resummarize"
         if kind == "add":
             self.add()
         elif kind == "resummarize":
             self.resummarize()
         elif kind == "delete":
             self.delete()
+        elif kind == "embed":
+            pass
         elif kind == "move":
             self.update("started_at", self._start())
         else:
@@ -349,9 +371,34 @@ def test_threads_updated_change_by_change_equal_a_full_clustering_after_every_ch
         kinds.add(project.step())
         refresh_threads(wh, "key")
         assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
-    assert kinds == {"add", "resummarize", "delete", "move", "project"}
+    assert kinds == {"add", "resummarize", "delete", "move", "project", "embed"}
     assert len({row[0] for row in _thread_rows(wh)}) >= 4  # several threads, so components were kept apart
     assert refresh_threads(wh, "key") is None  # nothing changed: nothing clustered
+
+
+def test_threads_built_before_inputs_were_recorded_whole_are_rebuilt_once(threaded) -> None:
+    """A warehouse from before migration 10 (thread_inputs held a fingerprint only) rebuilds its threads, links and
+    inputs in its next run, then follows changes again."""
+    from sessionmem_pipeline.stages.threads import THREADS_BUILT, refresh_threads
+    from sessionmem_pipeline.warehouse import Warehouse
+
+    wh, project = threaded
+    with wh.transaction():  # back to the shape migration 9 left
+        wh.conn.execute("DROP TABLE thread_inputs")
+        wh.conn.execute("CREATE TABLE thread_inputs (session_id VARCHAR, project VARCHAR, input_fp VARCHAR)")
+        wh.conn.execute("ALTER TABLE stage_state DROP COLUMN recorded_seq")  # and before migration 11
+        wh.conn.execute("DELETE FROM schema_version WHERE version >= 10")
+    path = wh.path
+    wh.close()
+    with Warehouse(path) as upgraded:
+        assert upgraded.get_meta(THREADS_BUILT) is None
+        assert refresh_threads(upgraded, "key") == len({row[0] for row in _thread_rows(upgraded)}) > 0
+        assert _thread_rows(upgraded) == _rebuilt_from_scratch(upgraded)
+        assert refresh_threads(upgraded, "key") is None
+        project.wh = upgraded
+        project.resummarize()
+        assert refresh_threads(upgraded, "key") is not None
+        assert _thread_rows(upgraded) == _rebuilt_from_scratch(upgraded)
 
 
 def test_a_change_replaces_only_the_threads_of_its_strong_component(threaded) -> None:

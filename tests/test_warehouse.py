@@ -316,3 +316,39 @@ def test_session_aggregates_asked_for_in_a_transaction_are_refreshed_as_it_commi
             raise RuntimeError("the batch fails")
         wh.refresh_session_aggregates(["s1"])  # outside a transaction: at once
         assert dict(wh.conn.execute("SELECT session_id, message_count FROM sessions").fetchall()) == counts
+
+
+@pytest.mark.parametrize("narrow_max", [wh_module.STALE_NARROW_MAX, 0])
+def test_stale_sessions_behind_the_clean_mark_are_those_a_full_comparison_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, narrow_max: int
+) -> None:
+    """The writer compares only upstream rows recorded after its clean mark (looked up, or joined past
+    STALE_NARROW_MAX); a reader compares every row: through changes, key changes and scoped writes under another
+    key, both find the same sessions."""
+    monkeypatch.setattr(wh_module, "STALE_NARROW_MAX", narrow_max)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        reader = wh_module.Snapshot(wh.conn)
+
+        def stale(key: str = "d1", upstream_key: str = "u1", scope: list[str] | None = None) -> dict[str, str]:
+            found = wh.stale_sessions("embed", key, "chunk", upstream_key, scope)
+            assert found == reader.stale_sessions("embed", key, "chunk", upstream_key, scope)
+            return found
+
+        def record(stage: str, fingerprints: dict[str, str], key: str) -> None:
+            with wh.transaction():
+                wh.record_stage(stage, fingerprints, key, "run", now)
+
+        record("chunk", {f"s{i}": f"c{i}" for i in range(4)}, "u1")
+        record("embed", stale(), "d1")
+        assert stale() == {}
+        assert wh.get_meta("clean:embed") == "d1|u1|1"  # up to date through the chunk rows' seq
+        record("chunk", {"s2": "c2b"}, "u1")  # a change after the mark
+        assert list(stale()) == ["s2"]
+        record("embed", stale(scope=["s2"]), "d1")
+        assert stale() == {}
+        record("embed", stale("d2", scope=["s0", "s1"]), "d2")  # scoped writes under another key (no mark moves)
+        assert list(stale()) == ["s0", "s1"]  # back to the first key: those two are stale again
+        record("chunk", {"s3": "c3"}, "u2")  # the upstream under another key: s3 waits for it
+        assert list(stale()) == ["s0", "s1"]
+        assert list(stale(upstream_key="u2")) == ["s3"]

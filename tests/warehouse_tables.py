@@ -8,7 +8,7 @@ from pathlib import Path
 from sessionmem_pipeline.warehouse import DATABASE, connect
 
 VOLATILE = {"built_at", "run_id", "indexed_at", "last_indexed_at", "created_at", "quarantined_at", "recorded_at",
-            "updated_at", "mtime_ns", "excluded_at"}
+            "updated_at", "mtime_ns", "excluded_at", "recorded_seq"}
 """Columns that say when or by which run a row was written, not what it holds."""
 BOOKKEEPING = {"runs", "meta", "schema_version"}
 """Tables about the runs themselves (the run log, the generation counter, the schema's version)."""

@@ -126,22 +126,35 @@ def _best_chunk_similarity(
     return np.where(linkable, best, 0.0)
 
 
-def _incidence(value_sets: Sequence[Sequence[str]], index: dict[str, int]) -> np.ndarray:
-    """Sessions x values (`index`): 1 where the session has the value."""
-    matrix = np.zeros((len(value_sets), len(index)), dtype=np.float32)  # counts below 2**24: exact
-    for row, values in enumerate(value_sets):
-        matrix[row, [index[v] for v in set(values)]] = 1
-    return matrix
+def _memberships(value_sets: Sequence[Sequence[str]], index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each (session, value) the sessions have, as two arrays: session positions and value numbers (`index`)."""
+    owners, values = [], []
+    for owner, value_set in enumerate(value_sets):
+        numbers = {index[v] for v in value_set}
+        owners += [owner] * len(numbers)
+        values += numbers
+    return np.array(owners, dtype=np.intp), np.array(values, dtype=np.intp)
 
 
 def _set_overlaps(
     rows: Sequence[Sequence[str]], cols: Sequence[Sequence[str]]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per pair: the Jaccard overlap, the overlap relative to the smaller set, and whether both sets are non-empty."""
+    """Per pair: the Jaccard overlap, the overlap relative to the smaller set, and whether both sets are non-empty.
+    The shared counts are counted per value over the sessions holding it (a session has few values, so that costs
+    far less than a product of sessions-by-values matrices; exact small integers either way)."""
     index = {value: i for i, value in enumerate(sorted({v for values in [*rows, *cols] for v in values}))}
-    row_incidence, col_incidence = _incidence(rows, index), _incidence(cols, index)
-    shared = row_incidence @ col_incidence.T
-    row_sizes, col_sizes = row_incidence.sum(axis=1), col_incidence.sum(axis=1)
+    (row_owners, row_values), (col_owners, col_values) = _memberships(rows, index), _memberships(cols, index)
+    by_value = np.argsort(col_values, kind="stable")
+    col_owners, col_values = col_owners[by_value], col_values[by_value]
+    first = np.searchsorted(col_values, row_values, side="left")
+    holders = np.searchsorted(col_values, row_values, side="right") - first  # column sessions with each row value
+    starts = np.repeat(first - (np.cumsum(holders) - holders), holders)
+    pair_cols = col_owners[starts + np.arange(len(starts))]
+    pair_rows = np.repeat(row_owners, holders)
+    shared = np.bincount(pair_rows * len(cols) + pair_cols, minlength=len(rows) * len(cols))
+    shared = shared.reshape(len(rows), len(cols)).astype(np.float32)  # counts below 2**24: exact
+    row_sizes = np.bincount(row_owners, minlength=len(rows)).astype(np.float32)
+    col_sizes = np.bincount(col_owners, minlength=len(cols)).astype(np.float32)
     union = row_sizes[:, None] + col_sizes[None, :] - shared
     smaller = np.minimum(row_sizes[:, None], col_sizes[None, :])
     jaccard = np.divide(shared, union, out=np.zeros_like(shared), where=union > 0)

@@ -2,7 +2,8 @@
 
 A change re-clusters only what it can affect. The links at or above the similarity threshold are kept
 (`thread_links`, without scores: clustering a component recomputes its links), with the input each session was
-linked from (`thread_inputs`). When sessions change (their summary, start or project; or they appear or go), only
+linked from (`thread_inputs`: also its topics and files, so the unchanged sessions a change is compared and
+clustered with are read from there, not from their summaries' JSON). When sessions change (their summary, start or project; or they appear or go), only
 their links are recomputed, against the sessions of their project within MAX_GAP_DAYS of them, and only the strong
 components (core/threads.py `strong_components`) that hold a changed session now or held one before are clustered
 again and have their threads replaced. Links depend only on their two sessions, and clustering a component alone
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pyarrow as pa
 
 from sessionmem_pipeline.core.threads import (
     MAX_GAP_DAYS,
@@ -35,10 +37,11 @@ THREAD_INPUTS = """
     FROM sessions s JOIN session_summaries v ON v.session_id = s.session_id AND v.version = s.summary_version
     WHERE s.parent_session_id IS NULL"""
 
-SESSION_INPUT = """s.session_id || '|' || coalesce(CAST(s.started_at AS VARCHAR), '') || '|' || v.version || '|'
-                   || coalesce(v.summary_id, '') || '|' || (v.embedding IS NULL)"""
-"""What a session's links are made from: its start and latest summary (a summary version is never rewritten, only
-its vector filled in once)."""
+NOW = f"""SELECT s.session_id, coalesce(s.project, '') AS project, s.started_at, v.summary_id,
+                v.version AS summary_version, v.embedding IS NOT NULL AS embedded {THREAD_INPUTS}"""
+RECORDED = ("project", "started_at", "summary_id", "summary_version", "embedded")
+"""What a session's links are made from, as `thread_inputs` records it: its project, start and latest summary (a
+summary version is never rewritten, only its vector filled in once), whose topics and files are recorded with it."""
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REACH = timedelta(days=MAX_GAP_DAYS + 1)
@@ -46,53 +49,84 @@ REACH = timedelta(days=MAX_GAP_DAYS + 1)
 difference of starts); a day of margin keeps the cut on the safe side of rounding."""
 
 
+def _as_inputs(table: pa.Table, topics: Sequence[Sequence[str]], files: Sequence[Sequence[str]]) -> list[ThreadInput]:
+    """Thread inputs from rows of session_id, project, started_us and embedding (starts read as microseconds and
+    vectors through Arrow: per-row conversion of time zones and float lists was most of a small update's cost)."""
+    embeddings = table.column("embedding").combine_chunks()
+    vectors = embeddings.values.to_numpy(zero_copy_only=False)  # in the coordinates of `offsets` (flatten is not)
+    offsets = embeddings.offsets.to_numpy()
+    missing = embeddings.is_null().to_numpy(zero_copy_only=False)
+    return [
+        ThreadInput(
+            session_id=session_id,
+            project=project or "",
+            started_at=None if started_us is None else EPOCH + timedelta(microseconds=started_us),
+            topics=tuple(topics[row]),
+            files=tuple(files[row]),
+            summary_vector=None if missing[row] else vectors[offsets[row] : offsets[row + 1]],
+        )
+        for row, (session_id, project, started_us) in enumerate(zip(
+            *(table.column(name).to_pylist() for name in ("session_id", "project", "started_us")), strict=True
+        ))
+    ]
+
+
 def _inputs(wh: Warehouse, session_ids: Sequence[str]) -> list[ThreadInput]:
-    """The sessions' thread inputs; starts read as microseconds and vectors through Arrow (per-row conversion of
-    time zones and float lists was most of a small update's cost)."""
+    """The sessions' thread inputs as they are now, their topics and files from their latest summary."""
     with wh._values(session_ids) as listed:
         table = wh.conn.execute(
             f"""SELECT s.session_id, s.project, epoch_us(s.started_at) AS started_us, v.summary, v.embedding
                 {THREAD_INPUTS} AND s.session_id IN (SELECT v FROM {listed})"""
         ).to_arrow_table()
-    embeddings = table.column("embedding").combine_chunks()
-    vectors = embeddings.values.to_numpy(zero_copy_only=False)  # in the coordinates of `offsets` (flatten is not)
-    offsets = embeddings.offsets.to_numpy()
-    missing = embeddings.is_null().to_numpy(zero_copy_only=False)
-    inputs = []
-    for row, (session_id, project, started_us, summary) in enumerate(zip(
-        *(table.column(name).to_pylist() for name in ("session_id", "project", "started_us", "summary")), strict=True
-    )):
-        summary = json.loads(summary)
-        inputs.append(
-            ThreadInput(
-                session_id=session_id,
-                project=project or "",
-                started_at=None if started_us is None else EPOCH + timedelta(microseconds=started_us),
-                topics=tuple(summary.get("topics", ())),
-                files=tuple(summary.get("files_modified", ())),
-                summary_vector=None if missing[row] else vectors[offsets[row] : offsets[row + 1]],
-            )
+    summaries = [json.loads(summary) for summary in table.column("summary").to_pylist()]
+    return _as_inputs(table, [summary.get("topics", ()) for summary in summaries],
+                      [summary.get("files_modified", ()) for summary in summaries])
+
+
+def _recorded_inputs(wh: Warehouse, session_ids: Sequence[str]) -> list[ThreadInput]:
+    """The thread inputs of sessions whose input has not changed since `thread_inputs` recorded it (their summary's
+    vector joined in): reading the summaries' JSON for a component's topics and files was most of a change's cost."""
+    with wh._values(session_ids) as listed:
+        table = wh.conn.execute(
+            f"""SELECT t.session_id, t.project, epoch_us(t.started_at) AS started_us, t.topics, t.files, v.embedding
+                FROM thread_inputs t
+                JOIN session_summaries v ON v.session_id = t.session_id AND v.version = t.summary_version
+                WHERE t.session_id IN (SELECT v FROM {listed})"""
+        ).to_arrow_table()
+    return _as_inputs(table, table.column("topics").to_pylist(), table.column("files").to_pylist())
+
+
+def _record_inputs(wh: Warehouse, inputs: Sequence[ThreadInput]) -> None:
+    """Record what the (changed) sessions were linked from: their input now, with the topics and files used."""
+    table = pa.table(
+        {"session_id": [s.session_id for s in inputs], "topics": [list(s.topics) for s in inputs],
+         "files": [list(s.files) for s in inputs]},
+        schema=pa.schema([("session_id", pa.string()), ("topics", pa.list_(pa.string())),
+                          ("files", pa.list_(pa.string()))]),
+    )
+    with wh._registered(table) as incoming:
+        wh.conn.execute(
+            f"""INSERT INTO thread_inputs BY NAME
+                SELECT now.*, i.topics, i.files
+                FROM ({NOW} AND s.session_id IN (SELECT session_id FROM {incoming})) now
+                JOIN {incoming} i USING (session_id)"""
         )
-    return inputs
 
 
-def _changed_sessions(wh: Warehouse) -> tuple[dict[str, set[str]], list[dict]]:
+def _changed_sessions(wh: Warehouse) -> dict[str, set[str]]:
     """Per project, the sessions whose input differs from the one their stored links were made from (new, changed,
-    gone, or moved: then in both projects); and the `thread_inputs` rows of those still there."""
+    gone, or moved: then in both projects)."""
     rows = wh.conn.execute(
-        f"""WITH now AS (SELECT s.session_id, coalesce(s.project, '') AS project, md5({SESSION_INPUT}) AS input_fp
-                         {THREAD_INPUTS})
-            SELECT coalesce(now.session_id, t.session_id), now.project, t.project, now.input_fp
-            FROM now FULL JOIN thread_inputs t USING (session_id)
-            WHERE now.input_fp IS DISTINCT FROM t.input_fp OR now.project IS DISTINCT FROM t.project"""
+        f"""SELECT coalesce(now.session_id, t.session_id), now.project, t.project
+            FROM ({NOW}) now FULL JOIN thread_inputs t USING (session_id)
+            WHERE ({", ".join(f"now.{c}" for c in RECORDED)}) IS DISTINCT FROM
+                  ({", ".join(f"t.{c}" for c in RECORDED)})"""
     ).fetchall()
     changed: dict[str, set[str]] = {}
-    for session_id, project, before, _ in rows:
+    for session_id, project, before in rows:
         for name in {project, before} - {None}:
             changed.setdefault(name, set()).add(session_id)
-    inputs = [{"session_id": session_id, "project": project, "input_fp": input_fp}
-              for session_id, project, _, input_fp in rows if input_fp is not None]
-    return changed, inputs
+    return changed
 
 
 def _strong_links(wh: Warehouse, project: str) -> list[tuple[str, str]]:
@@ -150,7 +184,7 @@ def _relink(
     computed = _Scores()
     if present:
         reach = set(_within_reach(wh, project, present)) - {s.session_id for s in present}
-        others = present + _inputs(wh, sorted(reach))
+        others = present + _recorded_inputs(wh, sorted(reach))  # unchanged: the changed ones are `present`
         loaded.update((s.session_id, s) for s in others)
         computed = _Scores(present, others, link_scores(present, others))
         strong = computed.scores >= SIMILARITY_THRESHOLD
@@ -177,7 +211,7 @@ def refresh_threads(wh: Warehouse, stage_key: str) -> int | None:
         if new_key:
             for table in ("session_threads", "thread_links", "thread_inputs"):
                 wh.conn.execute(f"DELETE FROM {table}")
-        changes, inputs_now = _changed_sessions(wh)
+        changes = _changed_sessions(wh)
         if not changes and not new_key:
             return None
         new_links, touched, components, inputs, scores = [], set(), [], {}, {}
@@ -186,18 +220,19 @@ def refresh_threads(wh: Warehouse, stage_key: str) -> int | None:
             new_links += links
             touched |= project_touched
             components += [(project, component) for component in project_components]
-        inputs.update((s.session_id, s) for s in _inputs(wh, sorted(touched - inputs.keys())))
+        changed_ids = sorted({s for sessions in changes.values() for s in sessions})
+        present = [inputs[s] for s in changed_ids if s in inputs]  # every changed session still there was relinked
+        inputs.update((s.session_id, s) for s in _recorded_inputs(wh, sorted(touched - inputs.keys() - {*changed_ids})))
         threads = [
             thread
             for project, component in components
             for thread in build_threads([inputs[s] for s in component if s in inputs and inputs[s].project == project],
                                         scored=scores[project].of)
         ]
-        changed_ids = sorted({s for sessions in changes.values() for s in sessions})
         wh.delete_thread_links(changed_ids)
         wh.insert("thread_links", [dict(zip(("project", "session_a", "session_b"), link, strict=True))
                                    for link in new_links])
-        wh.insert("thread_inputs", inputs_now)
+        _record_inputs(wh, present)
         wh.delete_where("session_threads", "session_id", sorted(touched))
         wh.insert(
             "session_threads",
