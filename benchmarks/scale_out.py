@@ -80,24 +80,58 @@ def write_sessions(root: Path, count: int, messages: int = 80) -> None:
         (folder / f"s{n:04d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def dagster_instance(base: Path, *, planned_per_partition: bool = False) -> Path:
+def dagster_instance(base: Path, *, planned_per_partition: bool = False, postgres: str | None = None) -> Path:
     """DAGSTER_HOME for this process and the ones it starts: this repo's dagster.yaml with its storage under
-    `base`, and the environment the team deployment (deploy/) gives the processes that launch runs
-    (`DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one planned event per asset of a run, not one per asset
-    and partition), unless `planned_per_partition` (Dagster's default, for comparison)."""
+    `base`, or with `postgres` (a server's URL) deploy/dagster.yaml, the team deployment's instance, its storage in
+    a new database on that server (dropped at exit); and the environment the team deployment gives the processes
+    that launch runs (`DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one planned event per asset of a run, not
+    one per asset and partition), unless `planned_per_partition` (Dagster's default, for comparison)."""
     home = base / "dagster_home"
     home.mkdir()
-    settings = (ROOT / "dagster.yaml").read_text(encoding="utf-8")  # storage in this run's home, not the clone's
-    (home / "dagster.yaml").write_text(settings.replace("base_dir: .dagster_home", f"base_dir: {home}"), encoding="utf-8")
+    if postgres:
+        settings = (ROOT / "deploy" / "dagster.yaml").read_text(encoding="utf-8")
+        os.environ["DAGSTER_PG_URL"] = fresh_database(postgres, f"scale_out_{os.getpid()}")
+    else:  # storage in this run's home, not the clone's
+        settings = (ROOT / "dagster.yaml").read_text(encoding="utf-8").replace("base_dir: .dagster_home", f"base_dir: {home}")
+    (home / "dagster.yaml").write_text(settings, encoding="utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     os.environ["DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"] = "0" if planned_per_partition else "1"
     return home
 
 
+def fresh_database(url: str, name: str) -> str:
+    """The URL of a new, empty database `name` on the server of `url` (a SQLAlchemy psycopg2 URL), dropped when
+    this process exits."""
+    import atexit
+
+    import psycopg2  # dagster-postgres's driver (the `[deploy]` extra)
+    from sqlalchemy.engine import make_url
+
+    server = make_url(url)
+    options = {"host": server.host, "port": server.port, "user": server.username, "password": server.password,
+               "dbname": server.database}
+
+    def execute(statement: str) -> None:
+        connection = psycopg2.connect(**options)
+        connection.autocommit = True  # CREATE and DROP DATABASE run outside a transaction
+        try:
+            connection.cursor().execute(statement)
+        finally:
+            connection.close()
+
+    execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    execute(f"CREATE DATABASE {name}")
+    atexit.register(execute, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    return server.set(database=name).render_as_string(hide_password=False)
+
+
 def add_instance_option(parser: argparse.ArgumentParser) -> None:
-    """`--planned-per-partition`, `dagster_instance`'s choice."""
+    """`--planned-per-partition` and `--postgres`, `dagster_instance`'s choices."""
     parser.add_argument("--planned-per-partition", action="store_true",
                         help="Dagster's default: a planned event per asset and partition when a run starts")
+    parser.add_argument("--postgres", metavar="URL",
+                        help="the team deployment's instance (deploy/dagster.yaml) on this PostgreSQL server, e.g. "
+                             "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres (needs the [deploy] extra)")
 
 
 def write_config(path: Path, warehouse: Path, sources: Path, base_url: str, in_flight: int) -> Path:
@@ -268,7 +302,7 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()  # the wall times are those of a latency-bound run only while the cores are free
     base = Path(tempfile.mkdtemp(prefix="scale-out-"))
-    dagster_instance(base, planned_per_partition=args.planned_per_partition)
+    dagster_instance(base, planned_per_partition=args.planned_per_partition, postgres=args.postgres)
 
     import dagster as dg
 

@@ -104,7 +104,7 @@ def main() -> None:
     add_instance_option(parser)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="stage-commits-"))
-    dagster_instance(base, planned_per_partition=args.planned_per_partition)
+    dagster_instance(base, planned_per_partition=args.planned_per_partition, postgres=args.postgres)
 
     import dagster as dg
 
