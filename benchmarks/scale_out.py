@@ -2,15 +2,17 @@
 embedding API, one writer committing.
 
     .venv/bin/python benchmarks/scale_out.py [--sessions 24] [--latency 0.3] [--workers 1,2,4] [--parse-in-writer]
-        [--planned-per-partition] [--json]
+        [--planned-per-partition] [--postgres URL] [--json]
 
 N equal-sized synthetic Claude Code sessions. The embedding server is the tests' OpenAI-compatible server on
 127.0.0.1 with a fixed latency per request (300 ms: a remote API's round trip), batch_size 4. Two tables:
-- one worker (`compute_sessions` in this process: collapse, chunk, embed, over a warehouse ingested once) with 1
-  vs 8 requests in flight;
+- one worker (`compute_sessions` in this process: collapse, chunk, embed, over a warehouse ingested once; its
+  requests go out while it still chunks later sessions) with 1 vs 8 requests in flight;
 - the Dagster path, from an empty warehouse: a real instance (DAGSTER_HOME with this repo's dagster.yaml; runs
   launched as the team deployment (deploy/) launches them, with `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`:
-  one planned event per asset of a run; `--planned-per-partition`, Dagster's default, one per asset and partition),
+  one planned event per asset of a run; `--planned-per-partition`, Dagster's default, one per asset and partition;
+  its storage SQLite, or with `--postgres URL` deploy/dagster.yaml's PostgreSQL storage in a new database on that
+  server, as the team deployment stores runs and events),
   the compute pool's limit set with `dagster instance concurrency set sessionmem_compute K`, K worker processes each
   covering 1/K of the partitions (one request in flight). Each worker runs `staged_parses` (parse, privacy rules,
   redaction) at once with the others, then the writer commits them (`raw_messages`, which publishes the snapshot);
@@ -345,7 +347,8 @@ def main() -> None:
     planned = "asset and partition" if args.planned_per_partition else "asset"
     print(f"\nDagster from an empty warehouse: K compute runs at once per phase ({where}; 1/K of the partitions "
           "each, pool sessionmem_compute = K, 1 request in flight each), the writer's ingest run, one writer commit "
-          f"run; each run starts with a planned event per {planned}")
+          f"run; each run starts with a planned event per {planned}; instance storage "
+          f"{'PostgreSQL (deploy/dagster.yaml)' if args.postgres else 'SQLite (dagster.yaml)'}")
     print("| K | compute s (CPU s) | ingest s (CPU s) | ingest CPU ms/session | commit s (CPU s) | commit CPU ms/session "
           "| sessions/s | speedup | + global s | speedup with global | computed in commit (ingest, other) "
           "| overlapping commits | warehouse = serial run's |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
