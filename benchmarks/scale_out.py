@@ -94,7 +94,8 @@ def dagster_instance(base: Path, *, planned_per_partition: bool = False, postgre
         settings = (ROOT / "deploy" / "dagster.yaml").read_text(encoding="utf-8")
         os.environ["DAGSTER_PG_URL"] = fresh_database(postgres, f"scale_out_{os.getpid()}")
     else:  # storage in this run's home, not the clone's
-        settings = (ROOT / "dagster.yaml").read_text(encoding="utf-8").replace("base_dir: .dagster_home", f"base_dir: {home}")
+        settings = (ROOT / "dagster.yaml").read_text(encoding="utf-8")
+        settings = settings.replace("base_dir: .dagster_home", f"base_dir: {home}")
     (home / "dagster.yaml").write_text(settings, encoding="utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     os.environ["DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"] = "0" if planned_per_partition else "1"

@@ -108,7 +108,8 @@ def compute_sessions(
 ) -> ComputeOutcome:
     """Every stage's results for these partitions' sessions (all sessions when None) that the published snapshot
     does not hold up to date, written to new staging files (none when there is nothing to do). Sessions are
-    computed `llm.max_in_flight` at a time when a chat model is configured (its requests are latency-bound)."""
+    computed `llm.max_in_flight` at a time when a chat model is configured (its requests are latency-bound), and
+    the chunk texts of those done are embedded while the next are computed (`_Embedding`)."""
     try:
         conn = open_reader(settings.warehouse)
     except NothingIndexedYet:
@@ -123,7 +124,8 @@ def compute_sessions(
         run = _Compute(settings, providers, stage_keys(settings, providers), summarize, now or datetime.now(UTC))
         in_flight = requests_at_once(providers.llm) if providers.llm is not None else 1
         embedder = None if batch_api_on(settings) else providers.embedder  # else the writer's embed step sends them
-        with ThreadPoolExecutor(in_flight, thread_name_prefix="compute") as pool, _Embedding(_thread_snapshot(conn), embedder) as embedding:
+        embedding = _Embedding(_thread_snapshot(conn), embedder)
+        with ThreadPoolExecutor(in_flight, thread_name_prefix="compute") as pool, embedding:
             done: dict[str, _SessionWork] = {}
             work = pool.map(lambda s: run.session(_thread_snapshot(conn), s, state.get(s, {})), sessions)
             for session_id, session_work in zip(sessions, work, strict=True):
