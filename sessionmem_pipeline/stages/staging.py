@@ -111,7 +111,7 @@ def compute_sessions(
     computed `llm.max_in_flight` at a time when a chat model is configured (its requests are latency-bound), and
     the chunk texts of those done are embedded while the next are computed (`_Embedding`)."""
     try:
-        conn = open_reader(settings.warehouse)
+        conn = open_reader(settings.warehouse, extensions=False)  # reads plain tables only
     except NothingIndexedYet:
         return ComputeOutcome()
     try:
