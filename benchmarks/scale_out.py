@@ -2,15 +2,17 @@
 embedding API, one writer committing.
 
     .venv/bin/python benchmarks/scale_out.py [--sessions 24] [--latency 0.3] [--workers 1,2,4] [--parse-in-writer]
-        [--planned-per-partition] [--json]
+        [--planned-per-partition] [--postgres URL] [--json]
 
 N equal-sized synthetic Claude Code sessions. The embedding server is the tests' OpenAI-compatible server on
 127.0.0.1 with a fixed latency per request (300 ms: a remote API's round trip), batch_size 4. Two tables:
-- one worker (`compute_sessions` in this process: collapse, chunk, embed, over a warehouse ingested once) with 1
-  vs 8 requests in flight;
+- one worker (`compute_sessions` in this process: collapse, chunk, embed, over a warehouse ingested once; its
+  requests go out while it still chunks later sessions) with 1 vs 8 requests in flight;
 - the Dagster path, from an empty warehouse: a real instance (DAGSTER_HOME with this repo's dagster.yaml; runs
   launched as the team deployment (deploy/) launches them, with `DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`:
-  one planned event per asset of a run; `--planned-per-partition`, Dagster's default, one per asset and partition),
+  one planned event per asset of a run; `--planned-per-partition`, Dagster's default, one per asset and partition;
+  its storage SQLite, or with `--postgres URL` deploy/dagster.yaml's PostgreSQL storage in a new database on that
+  server, as the team deployment stores runs and events),
   the compute pool's limit set with `dagster instance concurrency set sessionmem_compute K`, K worker processes each
   covering 1/K of the partitions (one request in flight). Each worker runs `staged_parses` (parse, privacy rules,
   redaction) at once with the others, then the writer commits them (`raw_messages`, which publishes the snapshot);
@@ -80,24 +82,59 @@ def write_sessions(root: Path, count: int, messages: int = 80) -> None:
         (folder / f"s{n:04d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def dagster_instance(base: Path, *, planned_per_partition: bool = False) -> Path:
+def dagster_instance(base: Path, *, planned_per_partition: bool = False, postgres: str | None = None) -> Path:
     """DAGSTER_HOME for this process and the ones it starts: this repo's dagster.yaml with its storage under
-    `base`, and the environment the team deployment (deploy/) gives the processes that launch runs
-    (`DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one planned event per asset of a run, not one per asset
-    and partition), unless `planned_per_partition` (Dagster's default, for comparison)."""
+    `base`, or with `postgres` (a server's URL) deploy/dagster.yaml, the team deployment's instance, its storage in
+    a new database on that server (dropped at exit); and the environment the team deployment gives the processes
+    that launch runs (`DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1`: one planned event per asset of a run, not
+    one per asset and partition), unless `planned_per_partition` (Dagster's default, for comparison)."""
     home = base / "dagster_home"
     home.mkdir()
-    settings = (ROOT / "dagster.yaml").read_text(encoding="utf-8")  # storage in this run's home, not the clone's
-    (home / "dagster.yaml").write_text(settings.replace("base_dir: .dagster_home", f"base_dir: {home}"), encoding="utf-8")
+    if postgres:
+        settings = (ROOT / "deploy" / "dagster.yaml").read_text(encoding="utf-8")
+        os.environ["DAGSTER_PG_URL"] = fresh_database(postgres, f"scale_out_{os.getpid()}")
+    else:  # storage in this run's home, not the clone's
+        settings = (ROOT / "dagster.yaml").read_text(encoding="utf-8")
+        settings = settings.replace("base_dir: .dagster_home", f"base_dir: {home}")
+    (home / "dagster.yaml").write_text(settings, encoding="utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     os.environ["DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"] = "0" if planned_per_partition else "1"
     return home
 
 
+def fresh_database(url: str, name: str) -> str:
+    """The URL of a new, empty database `name` on the server of `url` (a SQLAlchemy psycopg2 URL), dropped when
+    this process exits."""
+    import atexit
+
+    import psycopg2  # dagster-postgres's driver (the `[deploy]` extra)
+    from sqlalchemy.engine import make_url
+
+    server = make_url(url)
+    options = {"host": server.host, "port": server.port, "user": server.username, "password": server.password,
+               "dbname": server.database}
+
+    def execute(statement: str) -> None:
+        connection = psycopg2.connect(**options)
+        connection.autocommit = True  # CREATE and DROP DATABASE run outside a transaction
+        try:
+            connection.cursor().execute(statement)
+        finally:
+            connection.close()
+
+    execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    execute(f"CREATE DATABASE {name}")
+    atexit.register(execute, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    return server.set(database=name).render_as_string(hide_password=False)
+
+
 def add_instance_option(parser: argparse.ArgumentParser) -> None:
-    """`--planned-per-partition`, `dagster_instance`'s choice."""
+    """`--planned-per-partition` and `--postgres`, `dagster_instance`'s choices."""
     parser.add_argument("--planned-per-partition", action="store_true",
                         help="Dagster's default: a planned event per asset and partition when a run starts")
+    parser.add_argument("--postgres", metavar="URL",
+                        help="the team deployment's instance (deploy/dagster.yaml) on this PostgreSQL server, e.g. "
+                             "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres (needs the [deploy] extra)")
 
 
 def write_config(path: Path, warehouse: Path, sources: Path, base_url: str, in_flight: int) -> Path:
@@ -268,7 +305,7 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()  # the wall times are those of a latency-bound run only while the cores are free
     base = Path(tempfile.mkdtemp(prefix="scale-out-"))
-    dagster_instance(base, planned_per_partition=args.planned_per_partition)
+    dagster_instance(base, planned_per_partition=args.planned_per_partition, postgres=args.postgres)
 
     import dagster as dg
 
@@ -311,7 +348,8 @@ def main() -> None:
     planned = "asset and partition" if args.planned_per_partition else "asset"
     print(f"\nDagster from an empty warehouse: K compute runs at once per phase ({where}; 1/K of the partitions "
           "each, pool sessionmem_compute = K, 1 request in flight each), the writer's ingest run, one writer commit "
-          f"run; each run starts with a planned event per {planned}")
+          f"run; each run starts with a planned event per {planned}; instance storage "
+          f"{'PostgreSQL (deploy/dagster.yaml)' if args.postgres else 'SQLite (dagster.yaml)'}")
     print("| K | compute s (CPU s) | ingest s (CPU s) | ingest CPU ms/session | commit s (CPU s) | commit CPU ms/session "
           "| sessions/s | speedup | + global s | speedup with global | computed in commit (ingest, other) "
           "| overlapping commits | warehouse = serial run's |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")

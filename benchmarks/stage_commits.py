@@ -3,15 +3,16 @@
 taking what the compute steps staged, without the latency of compute around them.
 
     .venv/bin/python benchmarks/stage_commits.py [--sessions 48] [--repeat 3] [--profile FILE]
-        [--planned-per-partition]
+        [--planned-per-partition] [--postgres URL]
 
 benchmarks/scale_out.py's N equal-sized sessions, configuration and Dagster instance (one planned event per asset of
 a run, as the team deployment (deploy/) launches runs; `--planned-per-partition`: Dagster's default, one per asset and
-partition), embedding server on 127.0.0.1 with no latency here, `--repeat` times from an empty warehouse:
-`staged_parses` (in this process), the writer's ingest run, `staged_results`, the writer's commit run; CPU seconds
-(`time.process_time`: a loaded machine inflates them less than wall time) of the two writer runs per session, their
-median. The same work through the stage functions alone (`pipeline.ingest`, then each of `pipeline.SESSION_STEPS`,
-in process, no Dagster), per stage, shows how much of a writer run is the stages' own and how much Dagster's.
+partition; `--postgres URL`: deploy/'s PostgreSQL storage, see scale_out.py), embedding server on 127.0.0.1 with no
+latency here, `--repeat` times from an empty warehouse: `staged_parses` (in this process), the writer's ingest run,
+`staged_results`, the writer's commit run; CPU seconds (`time.process_time`: a loaded machine inflates them less
+than wall time) of the two writer runs per session, their median. The same work through the stage functions alone
+(`pipeline.ingest`, then each of `pipeline.SESSION_STEPS`, in process, no Dagster), per stage, shows how much of a
+writer run is the stages' own and how much Dagster's.
 `--profile FILE` writes cProfile stats (CPU time) of the last repeat's writer runs.
 """
 
@@ -104,7 +105,7 @@ def main() -> None:
     add_instance_option(parser)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="stage-commits-"))
-    dagster_instance(base, planned_per_partition=args.planned_per_partition)
+    dagster_instance(base, planned_per_partition=args.planned_per_partition, postgres=args.postgres)
 
     import dagster as dg
 

@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +201,44 @@ def test_openai_keeps_up_to_max_in_flight_requests_open_and_returns_the_serial_r
         tuple(texts[start : start + 2]) for start in range(0, 24, 2)
     )
     np.testing.assert_allclose(vectors, np.stack([fake_embedding(text, 32) for text in texts]), atol=1e-6)
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 3])
+def test_openai_sends_each_batch_once_its_texts_came_and_returns_the_whole_list_result(
+    openai_server: OpenAICompatibleServer, max_in_flight: int
+) -> None:
+    texts = [f"message number {index}" for index in range(7)]
+    embedder = OpenAIEmbedder(
+        base_url=openai_server.base_url, dimensions=32, batch_size=2, max_in_flight=max_in_flight, **FAST
+    )
+    sent_before_the_rest: list[int] = []
+
+    def producer():  # the rest of the texts come only once the first batch has reached the server
+        yield from texts[:2]
+        deadline = time.monotonic() + 10
+        while not openai_server.requests_to(EMBEDDINGS) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sent_before_the_rest.append(len(openai_server.requests_to(EMBEDDINGS)))
+        yield from texts[2:]
+
+    outcome = embedder.embed_as_they_come(producer())
+
+    assert sent_before_the_rest == [1]
+    assert sorted(tuple(r.body["input"]) for r in openai_server.requests_to(EMBEDDINGS)) == sorted(
+        tuple(texts[start : start + 2]) for start in range(0, 7, 2)
+    )
+    assert not outcome.failures
+    np.testing.assert_allclose(outcome.vectors, embedder.embed(texts), atol=1e-6)
+
+
+def test_openai_outage_in_a_stream_of_texts_stops_sending(openai_server: OpenAICompatibleServer) -> None:
+    openai_server.enqueue(EMBEDDINGS, *[Reply.error(503)] * 100)
+    embedder = OpenAIEmbedder(base_url=openai_server.base_url, dimensions=16, batch_size=1, **FAST)
+
+    outcome = embedder.embed_as_they_come(f"text {index}" for index in range(40))
+
+    assert set(outcome.failures) == set(range(40))
+    assert len(openai_server.requests_to(EMBEDDINGS)) < 40 * 3  # batches after the outage was seen were never sent
 
 
 def test_openai_retry_after_pauses_every_request_in_flight(openai_server: OpenAICompatibleServer) -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dagster as dg
 import pyarrow.parquet as pq
 import pytest
-from openai_server import OpenAICompatibleServer
+from openai_server import EMBEDDINGS, OpenAICompatibleServer
 
 from sessionmem_pipeline.config import load_settings
 from warehouse_tables import warehouse_tables
@@ -35,6 +36,7 @@ from sessionmem_pipeline.stages.discover import discover
 from sessionmem_pipeline.stages.ingest_staging import compute_parses
 from sessionmem_pipeline.stages.registry import COLLAPSE, EMBED, FAULT_VARIABLE, INGEST, InjectedFault, Providers
 from sessionmem_pipeline.stages.run import index_sources
+from sessionmem_pipeline.stages import staging
 from sessionmem_pipeline.stages.staging import compute_sessions, staging_folder
 from sessionmem_pipeline.warehouse import Warehouse
 
@@ -127,6 +129,37 @@ def test_compute_reads_the_published_snapshot_while_a_writer_holds_the_live_file
     staged = pq.read_table(vectors)
     assert staged.num_rows == outcome.computed[EMBED.name] == chunk_texts
     assert {len(vector) for vector in staged.column("vector").to_pylist()} == {48}
+
+
+def test_compute_sends_embedding_requests_while_it_still_computes_later_sessions(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = load_settings(write_config(tmp_path, sources, openai_server), env={})
+    index_sources(settings)
+    wider = settings.with_overrides({"embedding.dimensions": 48})  # every chunk needs a new vector
+    with Warehouse(settings.warehouse) as wh:
+        sessions = wh.scalar("SELECT count(*) FROM sessions")
+    before = len(openai_server.requests_to(EMBEDDINGS))
+    seen_at_start: list[int] = []  # requests the server had when compute began each session
+    session = staging._Compute.session
+
+    def session_after_the_first_request(self, snapshot, session_id, state):
+        if len(seen_at_start) == sessions - 1:  # the earlier sessions' texts fill a batch: it goes out meanwhile
+            deadline = time.monotonic() + 10
+            while len(openai_server.requests_to(EMBEDDINGS)) == before and time.monotonic() < deadline:
+                time.sleep(0.01)
+        seen_at_start.append(len(openai_server.requests_to(EMBEDDINGS)) - before)
+        return session(self, snapshot, session_id, state)
+
+    monkeypatch.setattr(staging._Compute, "session", session_after_the_first_request)
+    outcome = compute_sessions(wider, None, Providers(wider))
+
+    assert len(seen_at_start) > 1 and seen_at_start[0] == 0 and seen_at_start[-1] > 0
+    requests = openai_server.requests_to(EMBEDDINGS)[before:]
+    sent = [text for request in requests for text in request.body["input"]]
+    assert [len(request.body["input"]) for request in requests[:-1]] == [4] * (len(requests) - 1)  # full batches
+    [vectors] = [path for path in outcome.paths if path.parent.name == EMBED.name]
+    assert [staging.text_key(text) for text in sent] == pq.read_table(vectors).column("text_key").to_pylist()
 
 
 def test_sessionmem_index_commits_what_a_compute_step_staged_and_builds_the_same_warehouse(

@@ -14,9 +14,9 @@ import os
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from functools import lru_cache
 from importlib import resources
@@ -101,6 +101,16 @@ class Embedder(ABC):
         remote embedders override this to isolate failed batches.
         """
         return EmbeddingOutcome(self.embed(texts))
+
+    def embed_as_they_come(self, texts: Iterable[str]) -> EmbeddingOutcome:
+        """`embed_with_failures` of texts another thread is still producing (the iterable blocks until the next
+        one exists). A local model waits for them all and embeds them at once (its batches are its own, and
+        nothing is loaded when none came); a remote embedder overrides this to send each batch once it is full,
+        so its requests travel while the producer works."""
+        collected = list(texts)
+        if not collected:
+            return EmbeddingOutcome(np.zeros((0, self.dimensions), dtype=np.float32))
+        return self.embed_with_failures(collected)
 
 
 def vectors_or_raise(outcome: EmbeddingOutcome, texts: Sequence[str]) -> np.ndarray:
@@ -407,15 +417,20 @@ class OpenAIEmbedder(Embedder):
         return vectors_or_raise(self.embed_with_failures(texts), texts)
 
     def embed_with_failures(self, texts: Sequence[str]) -> EmbeddingOutcome:
-        """Embed batch by batch, `max_in_flight` at a time; a batch still failing after its retries fails alone,
-        the others go on.
+        _reject_single_string(texts)
+        return self.embed_as_they_come(texts)
+
+    def embed_as_they_come(self, texts: Iterable[str]) -> EmbeddingOutcome:
+        """Embed batch by batch, each batch sent once its texts have come, `max_in_flight` at a time (the same
+        batches as for the whole list at once); a batch still failing after its retries fails alone, the others
+        go on.
 
         After `give_up_after_failed_batches` failed batches in a row the server is taken to be down and
         the batches not yet sent are marked failed without more requests, so an outage costs seconds, not
         minutes of retries per batch.
         """
-        _reject_single_string(texts)
-        vectors = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        came: list[str] = []
+        replies: dict[int, np.ndarray] = {}  # batch start -> its vectors
         failures: dict[int, str] = {}
         streak = _FailureStreak(self._give_up_after)
 
@@ -424,19 +439,31 @@ class OpenAIEmbedder(Embedder):
                 streak.fail(failures, batch, reason, counts=False)
                 return
             try:
-                vectors[batch.start : batch.stop] = self._request(texts[batch.start : batch.stop])
+                replies[batch.start] = self._request(came[batch.start : batch.stop])
                 streak.succeed()
             except provider_failures() as error:
                 streak.fail(failures, batch, self._describe(error))
 
-        batches = [range(start, min(start + self.batch_size, len(texts))) for start in range(0, len(texts), self.batch_size)]
-        if self.max_in_flight == 1 or len(batches) < 2:
-            for batch in batches:
-                send(batch)
-        else:
-            with ThreadPoolExecutor(min(self.max_in_flight, len(batches)), thread_name_prefix="embed") as pool:
-                for done in [pool.submit(send, batch) for batch in batches]:
-                    done.result()  # a configuration error raised by any request propagates
+        with ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="embed") as pool:
+            sent: list[Future] = []
+
+            def dispatch(batch: range) -> None:  # with one in flight, the next batch waits for this one's reply
+                if self.max_in_flight == 1:
+                    send(batch)
+                else:
+                    sent.append(pool.submit(send, batch))
+
+            for text in texts:
+                came.append(text)
+                if len(came) % self.batch_size == 0:
+                    dispatch(range(len(came) - self.batch_size, len(came)))
+            if tail := len(came) % self.batch_size:
+                dispatch(range(len(came) - tail, len(came)))
+            for done in sent:
+                done.result()  # a configuration error raised by any request propagates
+        vectors = np.zeros((len(came), self.dimensions), dtype=np.float32)
+        for start, reply in replies.items():
+            vectors[start : start + len(reply)] = reply
         return EmbeddingOutcome(vectors, failures)
 
     def request_body(self, texts: Sequence[str]) -> dict[str, Any]:

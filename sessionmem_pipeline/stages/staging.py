@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import uuid
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -107,9 +108,10 @@ def compute_sessions(
 ) -> ComputeOutcome:
     """Every stage's results for these partitions' sessions (all sessions when None) that the published snapshot
     does not hold up to date, written to new staging files (none when there is nothing to do). Sessions are
-    computed `llm.max_in_flight` at a time when a chat model is configured (its requests are latency-bound)."""
+    computed `llm.max_in_flight` at a time when a chat model is configured (its requests are latency-bound), and
+    the chunk texts of those done are embedded while the next are computed (`_Embedding`)."""
     try:
-        conn = open_reader(settings.warehouse)
+        conn = open_reader(settings.warehouse, extensions=False)  # reads plain tables only
     except NothingIndexedYet:
         return ComputeOutcome()
     try:
@@ -121,10 +123,15 @@ def compute_sessions(
         state = _stage_state(snapshot, sessions)
         run = _Compute(settings, providers, stage_keys(settings, providers), summarize, now or datetime.now(UTC))
         in_flight = requests_at_once(providers.llm) if providers.llm is not None else 1
-        with ThreadPoolExecutor(in_flight, thread_name_prefix="compute") as pool:
+        embedder = None if batch_api_on(settings) else providers.embedder  # else the writer's embed step sends them
+        embedding = _Embedding(_thread_snapshot(conn), embedder)
+        with ThreadPoolExecutor(in_flight, thread_name_prefix="compute") as pool, embedding:
+            done: dict[str, _SessionWork] = {}
             work = pool.map(lambda s: run.session(_thread_snapshot(conn), s, state.get(s, {})), sessions)
-            done = dict(zip(sessions, work, strict=True))
-        return _write_outcome(settings, providers, run.keys, snapshot, done)
+            for session_id, session_work in zip(sessions, work, strict=True):
+                done[session_id] = session_work
+                embedding.add(session_work.texts)
+        return _write_outcome(settings, providers, run.keys, done, embedding.vector_rows(done))
     finally:
         conn.close()
 
@@ -213,11 +220,10 @@ def _write_outcome(
     settings: Settings,
     providers: Providers,
     keys: Mapping[str, str],
-    snapshot: Snapshot,
     done: Mapping[str, _SessionWork],
+    vectors: list[dict[str, Any]],
 ) -> ComputeOutcome:
-    """The results as one file per stage; texts to embed (those no cache of the snapshot holds) embedded first,
-    unless the provider's Batch API embeds them (the writer's embed step sends them)."""
+    """The results as one file per stage, the chunks' vectors (`_Embedding`'s) beside them."""
     outcome = ComputeOutcome(sessions=sum(1 for w in done.values() if w.results or w.texts))
     summaries = [w.results[SUMMARIZE.name][1] for w in done.values() if SUMMARIZE.name in w.results]
     embed_results(summaries, providers.embedder)
@@ -236,7 +242,6 @@ def _write_outcome(
         if rows:
             outcome.computed[stage.name] = len(rows)
             outcome.paths.append(write_atomically(staging_folder(settings, stage), pa.Table.from_pylist(rows)))
-    vectors = [] if batch_api_on(settings) else _vector_rows(snapshot, providers.embedder, done)
     if vectors:
         outcome.computed[EMBED.name] = sum(1 for row in vectors if row["vector"] is not None)
         outcome.failed = len(vectors) - outcome.computed[EMBED.name]
@@ -246,27 +251,67 @@ def _write_outcome(
     return outcome
 
 
-def _vector_rows(snapshot: Snapshot, embedder: Embedder, done: Mapping[str, _SessionWork]) -> list[dict[str, Any]]:
-    """Vectors of the texts no cache holds (one call: `embedding.max_in_flight` requests at a time)."""
-    owner = {text: session for session, w in done.items() for text in w.texts}
-    hashes = {text: digest for w in done.values() for text, digest in w.texts.items()}
-    if not hashes:
-        return []
-    cached = snapshot.cached_embeddings(embedder.model_id, list(hashes.values()))
-    texts = [text for text, digest in hashes.items() if digest not in cached]
-    if not texts:
-        return []
-    result = embedder.embed_with_failures(texts)
-    return [
-        {
-            "session_id": owner[text],
-            "model": embedder.model_id,
-            "text_key": text_key(text),
-            "vector": None if (vector := result.vector(index)) is None else vector.tolist(),
-            "error": result.failures.get(index),
-        }
-        for index, text in enumerate(texts)
-    ]
+class _Embedding:
+    """The chunk texts no cache of the snapshot holds, embedded while later sessions are still computed: each
+    session's new texts go to the embedder's thread as soon as the session is done, and a remote embedder sends
+    a batch once it is full (the same batches, in the same order, as one call after every session; no thread,
+    no texts without an embedder: the provider's Batch API embeds them in the writer's step)."""
+
+    def __init__(self, snapshot: Snapshot, embedder: Embedder | None) -> None:
+        self.snapshot = snapshot
+        self.embedder = embedder
+        self.digests: dict[str, str] = {}  # every text seen -> its context hash
+        self.texts: list[str] = []  # the texts sent, in order
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="embed-stream")
+        self._outcome: Future[EmbeddingOutcome] | None = None
+        self._abandoned = False
+
+    def __enter__(self) -> _Embedding:
+        if self.embedder is not None:
+            self._outcome = self._thread.submit(self.embedder.embed_as_they_come, self._texts_as_they_come())
+        return self
+
+    def __exit__(self, failed: type[BaseException] | None, *_: object) -> None:
+        self._abandoned = failed is not None  # computing failed: send no more (the requests in flight end)
+        self._queue.put(None)
+        self._thread.shutdown()
+
+    def _texts_as_they_come(self) -> Iterator[str]:
+        while (text := self._queue.get()) is not None and not self._abandoned:
+            yield text
+
+    def add(self, texts: Mapping[str, str]) -> None:
+        """A session's texts (text -> context hash): those neither seen before nor cached go to the embedder."""
+        if self.embedder is None:
+            return
+        new = {text: digest for text, digest in texts.items() if text not in self.digests}
+        if not new:
+            return
+        self.digests.update(new)
+        cached = self.snapshot.cached_embeddings(self.embedder.model_id, list(new.values()))
+        for text, digest in new.items():
+            if digest not in cached:
+                self.texts.append(text)
+                self._queue.put(text)
+
+    def vector_rows(self, done: Mapping[str, _SessionWork]) -> list[dict[str, Any]]:
+        """The staging rows of the sent texts, each under the last session that has it (after `__exit__`)."""
+        if self._outcome is None or not self.texts:
+            return []
+        assert self.embedder is not None
+        result = self._outcome.result()
+        owner = {text: session for session, w in done.items() for text in w.texts}
+        return [
+            {
+                "session_id": owner[text],
+                "model": self.embedder.model_id,
+                "text_key": text_key(text),
+                "vector": None if (vector := result.vector(index)) is None else vector.tolist(),
+                "error": result.failures.get(index),
+            }
+            for index, text in enumerate(self.texts)
+        ]
 
 
 def write_atomically(folder: Path, table: pa.Table) -> Path:
