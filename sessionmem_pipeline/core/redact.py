@@ -553,10 +553,12 @@ _NOT_SECRET_KEY_QUALIFIERS = frozenset(  # database and storage keys: `bucket_ke
     "bucket foreign primary public pub schema sequence partition natural".split()
 )
 _DATA_KEY_QUALIFIERS = frozenset(  # `cacheKey`, `sort_key`, `idempotencyKey`: a key naming data, whatever its value
-    "cache etag hash digest checksum dedup dedupe idempotency lookup sort record object file blob content request "
-    "message event cursor index shard routing group lock commit build artifact image layer chunk page item entry".split()
+    # (not `content`, `routing`, `group`, `message`, `object`, `file`: DRM, PagerDuty, Pushover and HMAC keys)
+    "cache etag hash digest checksum dedup dedupe idempotency lookup sort cursor index shard lock commit build "
+    "artifact layer chunk page".split()
 )
 _DIGEST_KEY_QUALIFIERS = _NOT_SECRET_KEY_QUALIFIERS | _DATA_KEY_QUALIFIERS | frozenset(  # also ids: hex under them
+    "record object file blob content request message event item entry image "
     "storage project tenant user account org organization customer device instance resource node workspace team "
     "region zone".split()
 )
@@ -599,12 +601,12 @@ def _name_strength(name: str) -> int:
         ):
             strength = _STRONG
         elif part == "key":
-            if index and (parts[index - 1] in _NOT_SECRET_KEY_QUALIFIERS or parts[index - 1] in _DATA_KEY_QUALIFIERS):
+            if index and parts[index - 1] in _NOT_SECRET_KEY_QUALIFIERS or _names_a_data_key(parts):
                 continue
             strength = _STRONG if index and parts[index - 1] in _KEY_QUALIFIERS else _WEAK
         elif part.endswith("key") and part[:-3] in _KEY_QUALIFIERS:
             strength = _STRONG
-        elif part.endswith("key") and len(part) <= _JOINED_KEY_LONGEST and part[:-3] not in _NOT_SECRET_KEY_QUALIFIERS | _DATA_KEY_QUALIFIERS:
+        elif part.endswith("key") and len(part) <= _JOINED_KEY_LONGEST and part[:-3] not in _NOT_SECRET_KEY_QUALIFIERS and not _names_a_data_key(parts):
             strength = _WEAK
         elif part in _AUTH_PARTS:
             strength = _WEAK
@@ -618,6 +620,14 @@ def _name_strength(name: str) -> int:
     if any(part in _NOT_SECRET_BEFORE for part in parts[:last_index]):
         return _NONE
     return best
+
+
+def _names_a_data_key(parts: list[str]) -> bool:
+    """`cache_key`, `sortKey`, `cachekey`: a data qualifier and `key`, nothing else (`ENCRYPTION_CACHE_KEY` and
+    `STRIPE_IDEMPOTENCY_KEY` say more: their other word may mark a credential)."""
+    if len(parts) == 1:
+        return parts[0].endswith("key") and parts[0][:-3] in _DATA_KEY_QUALIFIERS
+    return len(parts) == 2 and parts[1] == "key" and parts[0] in _DATA_KEY_QUALIFIERS
 
 
 _ALNUM_ONLY = re.compile(r"[^a-z0-9]")
@@ -1428,14 +1438,14 @@ _HEX_DATA_WORDS = frozenset(  # words before a hex run that is a digest or an id
 
 _NAME_BEFORE = re.compile(r"([A-Za-z_][\w.-]{0,60})[\"'`]?[ \t]*(?::{1,2}|=>?|:=|->)[ \t]*[\"'`]?[ \t]*$")
 _DATA_NAME_PARTS = frozenset(  # names of random values that are data: ids, digests, nonces, states, signatures
-    "id ids uid uuid guid oid hash digest checksum sum nonce salt etag sha sha1 sha256 md5 integrity cursor state ref project "
+    "id ids uid uuid guid oid hash digest checksum sum nonce salt etag sha sha1 sha256 md5 integrity cursor state ref "
     "commit version rev revision signature sig fingerprint challenge verifier iv seed trace span request correlation "
     "name title label tag image path url uri file data blob content body payload hint value values example "
     "cert certs certificate certificates crt pem der x5c x5t ca chain pub pubkey modulus exponent thumbprint".split()
 )
 
 
-def _names_data(before: str) -> bool:
+def _names_data(before: str, value: str) -> bool:
     """The name before a random value says what it is: a vendor's name (`mistral: <key>`) leaves it a credential;
     an id, a digest, a nonce or a signature (`"etag": …`, `request_id = …`), or no readable name, data; a name with
     a credential word (`public_key`, `api_token`) is judged by the name rules."""
@@ -1445,8 +1455,10 @@ def _names_data(before: str) -> bool:
     parts = _name_parts(named.group(1))
     if not parts or any(part in _DATA_NAME_PARTS for part in parts):
         return True
+    if parts == ["project"]:
+        return bool(_HEX_OR_UUID.match(value))  # `project: <32 hex>` is an id (`MIXPANEL_PROJECT: <hex>` a token)
     if _NAME_WORD.search(named.group(1).lower()):  # judged by the name rules, unless they see no credential in it
-        return _name_strength(named.group(1)) != _NONE or any(p in _PUBLIC_PARTS or p in _DATA_KEY_QUALIFIERS for p in parts)
+        return _name_strength(named.group(1)) != _NONE or any(p in _PUBLIC_PARTS for p in parts) or _names_a_data_key(parts)
     return False
 
 
@@ -1460,7 +1472,7 @@ def _stands_alone(text: str, start: int, end: int) -> bool:
     before = text[max(line_start, start - 80) : start]
     if _HASH_LABEL.search(before) or before.endswith(_DATA_BEFORE):
         return False
-    if _NAMED_VALUE_BEFORE.search(before) and (_names_data(before) or _HEX_NUMBER.fullmatch(text, start, end)):
+    if _NAMED_VALUE_BEFORE.search(before) and (_names_data(before, text[start:end]) or _HEX_NUMBER.fullmatch(text, start, end)):
         return False  # `group_order = 0x8CB91E82…`: a named number written in hex
     if _PLACEHOLDER_AT_END.search(before) or text.startswith("[REDACTED:", end):
         return False  # the rest of a value another rule redacted: judged with it (keeps redaction idempotent)
