@@ -686,7 +686,7 @@ def _accept_authorization(m: re.Match[str]) -> bool:
     value, scheme = m.group("value"), (m.group("scheme") or "").strip().lower()
     if _is_excluded_value(value) or (scheme == "basic" and _is_blank_basic(value)):
         return False
-    return bool(scheme) or _looks_random(value)
+    return bool(scheme) or any(_looks_random(part) for part in value.split(":"))  # `<id>:<secret>`: the pair at once
 
 
 def _is_blank_basic(value: str) -> bool:
