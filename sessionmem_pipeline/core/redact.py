@@ -439,7 +439,7 @@ def _is_excluded_value(value: str) -> bool:
     return _is_blank(value) or bool(_VALUE_WORD.match(value.strip()))
 
 
-_IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
+_ADDRESS_VALUE = re.compile(r"(?:[A-Za-z]+[-_.])*(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?")  # `relay-ingest-10.0.12.7`
 
 
 def _looks_random(value: str) -> bool:
@@ -448,8 +448,8 @@ def _looks_random(value: str) -> bool:
         return False
     if _is_dotted_name(value):
         return False  # `jetbrains.mps.v8_elimination`: a dotted name; `WSsDXzCD.uOcxAp7k…`: a key id and its secret
-    if _IPV4.search(value):
-        return False  # `x-someval-127.0.0.1`: an address in a label
+    if _ADDRESS_VALUE.fullmatch(value):
+        return False  # an address, or words naming it: not `KJoKf8rx5s10.1.2.3KI7hD5…`
     has_digit = any(c.isdigit() for c in value)
     has_alpha = any(c.isalpha() for c in value)
     if not (has_digit and has_alpha):
