@@ -1603,9 +1603,11 @@ _RULES: tuple[_Rule, ...] = (
         # string, its dashes shortened (`--BEGIN PRIVATE KEY--`)
         KIND_PRIVATE_KEY,
         re.compile(
-            r"-{2,5}BEGIN[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-{2,5}"
-            r"(?:[\s\S]{0,12000}?-{2,5}END[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-{2,5}"
-            r"|(?:\s|\\[rn])+[A-Za-z0-9+/=\s\\:,-]{40,12000})"  # a block cut short (trimmed output): its base64 body
+            # dashes possessive and a block starting at its first dash, its body stopping at another BEGIN: a
+            # line of headers (`grep` output, `--BEGIN PRIVATE KEY--` repeated) costs no backtracking
+            r"(?<!-)-{2,5}+BEGIN[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-{2,5}+"
+            r"(?:(?:(?!-BEGIN)[\s\S]){0,12000}?-{2,5}+END[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-{2,5}+"
+            r"|(?:\s|\\[rn])++(?:(?!-BEGIN)[A-Za-z0-9+/=\s\\:,-]){40,12000})"  # a block cut short (trimmed output): its base64 body
         ),
         accept=_has_key_body,
         trigger=_trigger("private key"),
