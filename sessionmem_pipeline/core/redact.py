@@ -1689,9 +1689,13 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: _looks_random(m.group("value")) or _is_hex_key(m.group("value")),
         _trigger("/v"),
     ),
-    _Rule(  # a JWT, or any three-part token whose first two parts are base64 of JSON (`ey…` is `{…`), padding too
+    _Rule(  # a JWT, or any three-part token whose first two parts are base64 of JSON (`ey…` is `{…`), padding too;
+        # a header is base64url (`/ey/ey/ey…`, `+ey+ey…` start no long scan) and a signature stops before a `/word` path
         KIND_JWT,
-        re.compile(r"\bey[A-Za-z0-9_/+-]{8,8192}\.ey[A-Za-z0-9_/+-]{8,8192}\.[A-Za-z0-9_/+-]{0,8192}(?:={1,2}(?![\w=]))?"),
+        re.compile(
+            r"\bey[A-Za-z0-9_-]{8,8192}+\.ey[A-Za-z0-9_/+-]{8,8192}+\."
+            r"(?:[A-Za-z0-9_+-]|/(?=[A-Za-z0-9_+-])(?![a-z][a-z-]{2,64}+(?:[/?#&\s\"'<>]|$))){0,8192}+(?:={1,2}(?![\w=]))?"
+        ),
         accept=_is_token_like,
         trigger=_trigger(r"\.ey"),
     ),
