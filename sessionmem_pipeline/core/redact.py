@@ -90,6 +90,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import functools
 import math
 import re
 import string
@@ -569,15 +570,16 @@ _CAMEL_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])|([A-Z]+)([A-Z][a-z])")
 _NONE, _WEAK, _STRONG = 0, 1, 2
 
 
-def _name_parts(name: str) -> list[str]:
-    """`config.dbPassword` -> ["db", "password"]: the words of a name's last dotted segment (`token.tag` is
+@functools.lru_cache(maxsize=4096)  # a name is judged by several rules, a line of assignments repeats names
+def _name_parts(name: str) -> tuple[str, ...]:
+    """`config.dbPassword` -> ("db", "password"): the words of a name's last dotted segment (`token.tag` is
     an attribute of a token, not a token), two segments when the last is a bare `key` (`api.key`)."""
     segments = name.rstrip(".").rsplit(".", 2)
     last_segment = segments[-1]
     if last_segment.lower() == "key" and len(segments) > 1:
         last_segment = f"{segments[-2]}_{last_segment}"  # `cloudflare.api.key`: the segment before says which key
     spaced = _CAMEL_BOUNDARY.sub(lambda m: f"{m[1] or m[3]}_{m[2] or m[4]}", last_segment)
-    return [_PLURAL_PASSWORD.sub("", part) for part in re.split(r"[_\-\s]+", spaced.lower()) if part]
+    return tuple(_PLURAL_PASSWORD.sub("", part) for part in re.split(r"[_\-\s]+", spaced.lower()) if part)
 
 
 _PLURAL_PASSWORD = re.compile(r"(?:(?<=password)|(?<=passwd))s$")  # `ENV_PASSWORDS`: a list of passwords (not `max_tokens`)
@@ -622,7 +624,7 @@ def _name_strength(name: str) -> int:
     return best
 
 
-def _names_a_data_key(parts: list[str]) -> bool:
+def _names_a_data_key(parts: tuple[str, ...]) -> bool:
     """`cache_key`, `sortKey`, `cachekey`: a data qualifier and `key`, nothing else (`ENCRYPTION_CACHE_KEY` and
     `STRIPE_IDEMPOTENCY_KEY` say more: their other word may mark a credential)."""
     if len(parts) == 1:
@@ -1455,7 +1457,7 @@ def _names_data(before: str, value: str) -> bool:
     parts = _name_parts(named.group(1))
     if not parts or any(part in _DATA_NAME_PARTS for part in parts):
         return True
-    if parts == ["project"]:
+    if parts == ("project",):
         return bool(_HEX_OR_UUID.match(value))  # `project: <32 hex>` is an id (`MIXPANEL_PROJECT: <hex>` a token)
     if _NAME_WORD.search(named.group(1).lower()):  # judged by the name rules, unless they see no credential in it
         return _name_strength(named.group(1)) != _NONE or any(p in _PUBLIC_PARTS for p in parts) or _names_a_data_key(parts)
