@@ -130,7 +130,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("docker-token", r"\bdckr_(?:pat|oat)_[A-Za-z0-9_-]{20,100}"),
     ("vault-token", r"\bhv[sbr]\.[\w-]{24,400}|\bs\.[A-Za-z0-9]{24}\b"),
     ("digitalocean-token", r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
-    ("telegram-token", r"(?:(?<![A-Za-z0-9])[0-9]{5,16}|(?<![0-9])[0-9]{8,16}):A[\w-]{34}(?![\w-])"),  # `bot<id>:`, not `clm99224:`
+    ("telegram-token", r"(?<![0-9])[0-9]{5,16}:A[\w-]{34}(?![\w-])"),  # `bot<id>:`, `id<id>:` too
     ("discord-token", r"\b[MNO][A-Za-z0-9_-]{23,27}\.[\w-]{6,7}\.[\w-]{27,40}(?![\w-])"),
     (KIND_AZURE, r"(?<![\w~.-])[\w~.]{3}\dQ~[\w~.-]{31,34}(?![\w~.-])"),
     ("twilio-key", r"\bSK[0-9a-fA-F]{32}\b"),
@@ -765,11 +765,14 @@ def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
         return _has_letter_and_digit(m) and not _CAMEL_CASE_WORDS.fullmatch(token.split("_", 2)[2])
     if kind in (KIND_OPENAI, "octopus-key", "discord-token", "onepassword-secret-key", "maxmind-key"):
         return _has_letter_and_digit(m)
+    if kind == "telegram-token":  # not `clm99224:AgencyIdentificationCodeContentType`: a secret of words
+        return not _CAPITALIZED_WORDS.fullmatch(token.split(":", 1)[1])
     if kind == KIND_SLACK:  # not `xoxp-1234567890` nor a prefix whose secret part is `####`
         return not token.endswith("-") and any(c.isalpha() for c in token[5:])
     return True
 
 
+_CAPITALIZED_WORDS = re.compile(r"(?:[A-Z][a-z]{2,})+")
 _CAMEL_CASE_WORDS = re.compile(r"[a-z]+\d*(?:[A-Z][a-z]{2,}\d*)+")  # `oauth2Authentication`, `parseUtf8Headers`
 
 
