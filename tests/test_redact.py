@@ -373,3 +373,10 @@ def test_benchmark_scores_the_rules_of_a_git_revision_side_by_side() -> None:
     ours, theirs = BENCHMARK.score(entries, clean), BENCHMARK.score(entries, clean, rules)
     assert rules is not redact_module and rules.REDACTION_VERSION == redact_module.REDACTION_VERSION
     assert (theirs.caught, theirs.clean_altered, theirs.by_kind) == (ours.caught, ours.clean_altered, ours.by_kind)
+
+
+def test_key_headers_listed_by_grep_stay_and_a_block_after_them_is_redacted() -> None:
+    """A block's body stops at the next BEGIN: a line of headers is no block, and the key block after it still is."""
+    listing = "".join(f"keys/k{i}.pem:-----BEGIN RSA PRIVATE KEY-----\n" for i in range(50))
+    assert redact(listing) == listing
+    assert redact(f"{listing}--BEGIN PRIVATE KEY--\n{PEM}") == f"{listing}--BEGIN PRIVATE KEY--\n[REDACTED:private-key]"

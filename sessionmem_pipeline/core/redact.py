@@ -90,6 +90,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import functools
 import math
 import re
 import string
@@ -129,7 +130,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("docker-token", r"\bdckr_(?:pat|oat)_[A-Za-z0-9_-]{20,100}"),
     ("vault-token", r"\bhv[sbr]\.[\w-]{24,400}|\bs\.[A-Za-z0-9]{24}\b"),
     ("digitalocean-token", r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
-    ("telegram-token", r"(?:(?<=/bot)|(?<![A-Za-z0-9]))[0-9]{5,16}:A[\w-]{34}(?![\w-])"),  # a bot id, not `clm99224:`
+    ("telegram-token", r"(?<![0-9])[0-9]{5,16}:A[\w-]{34}(?![\w-])"),  # `bot<id>:`, `id<id>:` too
     ("discord-token", r"\b[MNO][A-Za-z0-9_-]{23,27}\.[\w-]{6,7}\.[\w-]{27,40}(?![\w-])"),
     (KIND_AZURE, r"(?<![\w~.-])[\w~.]{3}\dQ~[\w~.-]{31,34}(?![\w~.-])"),
     ("twilio-key", r"\bSK[0-9a-fA-F]{32}\b"),
@@ -439,7 +440,7 @@ def _is_excluded_value(value: str) -> bool:
     return _is_blank(value) or bool(_VALUE_WORD.match(value.strip()))
 
 
-_IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
+_ADDRESS_VALUE = re.compile(r"(?:[A-Za-z]+[-_.])*(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?")  # `relay-ingest-10.0.12.7`
 
 
 def _looks_random(value: str) -> bool:
@@ -448,8 +449,8 @@ def _looks_random(value: str) -> bool:
         return False
     if _is_dotted_name(value):
         return False  # `jetbrains.mps.v8_elimination`: a dotted name; `WSsDXzCD.uOcxAp7k…`: a key id and its secret
-    if _IPV4.search(value):
-        return False  # `x-someval-127.0.0.1`: an address in a label
+    if _ADDRESS_VALUE.fullmatch(value):
+        return False  # an address, or words naming it: not `KJoKf8rx5s10.1.2.3KI7hD5…`
     has_digit = any(c.isdigit() for c in value)
     has_alpha = any(c.isalpha() for c in value)
     if not (has_digit and has_alpha):
@@ -553,10 +554,12 @@ _NOT_SECRET_KEY_QUALIFIERS = frozenset(  # database and storage keys: `bucket_ke
     "bucket foreign primary public pub schema sequence partition natural".split()
 )
 _DATA_KEY_QUALIFIERS = frozenset(  # `cacheKey`, `sort_key`, `idempotencyKey`: a key naming data, whatever its value
-    "cache etag hash digest checksum dedup dedupe idempotency lookup sort record object file blob content request "
-    "message event cursor index shard routing group lock commit build artifact image layer chunk page item entry".split()
+    # (not `content`, `routing`, `group`, `message`, `object`, `file`: DRM, PagerDuty, Pushover and HMAC keys)
+    "cache etag hash digest checksum dedup dedupe idempotency lookup sort cursor index shard lock commit build "
+    "artifact layer chunk page".split()
 )
 _DIGEST_KEY_QUALIFIERS = _NOT_SECRET_KEY_QUALIFIERS | _DATA_KEY_QUALIFIERS | frozenset(  # also ids: hex under them
+    "record object file blob content request message event item entry image "
     "storage project tenant user account org organization customer device instance resource node workspace team "
     "region zone".split()
 )
@@ -567,15 +570,16 @@ _CAMEL_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])|([A-Z]+)([A-Z][a-z])")
 _NONE, _WEAK, _STRONG = 0, 1, 2
 
 
-def _name_parts(name: str) -> list[str]:
-    """`config.dbPassword` -> ["db", "password"]: the words of a name's last dotted segment (`token.tag` is
+@functools.lru_cache(maxsize=4096)  # a name is judged by several rules, a line of assignments repeats names
+def _name_parts(name: str) -> tuple[str, ...]:
+    """`config.dbPassword` -> ("db", "password"): the words of a name's last dotted segment (`token.tag` is
     an attribute of a token, not a token), two segments when the last is a bare `key` (`api.key`)."""
     segments = name.rstrip(".").rsplit(".", 2)
     last_segment = segments[-1]
     if last_segment.lower() == "key" and len(segments) > 1:
         last_segment = f"{segments[-2]}_{last_segment}"  # `cloudflare.api.key`: the segment before says which key
     spaced = _CAMEL_BOUNDARY.sub(lambda m: f"{m[1] or m[3]}_{m[2] or m[4]}", last_segment)
-    return [_PLURAL_PASSWORD.sub("", part) for part in re.split(r"[_\-\s]+", spaced.lower()) if part]
+    return tuple(_PLURAL_PASSWORD.sub("", part) for part in re.split(r"[_\-\s]+", spaced.lower()) if part)
 
 
 _PLURAL_PASSWORD = re.compile(r"(?:(?<=password)|(?<=passwd))s$")  # `ENV_PASSWORDS`: a list of passwords (not `max_tokens`)
@@ -599,12 +603,12 @@ def _name_strength(name: str) -> int:
         ):
             strength = _STRONG
         elif part == "key":
-            if index and (parts[index - 1] in _NOT_SECRET_KEY_QUALIFIERS or parts[index - 1] in _DATA_KEY_QUALIFIERS):
+            if index and parts[index - 1] in _NOT_SECRET_KEY_QUALIFIERS or _names_a_data_key(parts):
                 continue
             strength = _STRONG if index and parts[index - 1] in _KEY_QUALIFIERS else _WEAK
         elif part.endswith("key") and part[:-3] in _KEY_QUALIFIERS:
             strength = _STRONG
-        elif part.endswith("key") and len(part) <= _JOINED_KEY_LONGEST and part[:-3] not in _NOT_SECRET_KEY_QUALIFIERS | _DATA_KEY_QUALIFIERS:
+        elif part.endswith("key") and len(part) <= _JOINED_KEY_LONGEST and part[:-3] not in _NOT_SECRET_KEY_QUALIFIERS and not _names_a_data_key(parts):
             strength = _WEAK
         elif part in _AUTH_PARTS:
             strength = _WEAK
@@ -618,6 +622,14 @@ def _name_strength(name: str) -> int:
     if any(part in _NOT_SECRET_BEFORE for part in parts[:last_index]):
         return _NONE
     return best
+
+
+def _names_a_data_key(parts: tuple[str, ...]) -> bool:
+    """`cache_key`, `sortKey`, `cachekey`: a data qualifier and `key`, nothing else (`ENCRYPTION_CACHE_KEY` and
+    `STRIPE_IDEMPOTENCY_KEY` say more: their other word may mark a credential)."""
+    if len(parts) == 1:
+        return parts[0].endswith("key") and parts[0][:-3] in _DATA_KEY_QUALIFIERS
+    return len(parts) == 2 and parts[1] == "key" and parts[0] in _DATA_KEY_QUALIFIERS
 
 
 _ALNUM_ONLY = re.compile(r"[^a-z0-9]")
@@ -676,7 +688,7 @@ def _accept_authorization(m: re.Match[str]) -> bool:
     value, scheme = m.group("value"), (m.group("scheme") or "").strip().lower()
     if _is_excluded_value(value) or (scheme == "basic" and _is_blank_basic(value)):
         return False
-    return bool(scheme) or _looks_random(value)
+    return bool(scheme) or any(_looks_random(part) for part in value.split(":"))  # `<id>:<secret>`: the pair at once
 
 
 def _is_blank_basic(value: str) -> bool:
@@ -751,13 +763,16 @@ def _is_provider_token(kind: str, m: re.Match[str]) -> bool:
         return _has_letter_and_digit(m) and any(c.isupper() for c in token[3:]) and any(c.islower() for c in token[3:])
     if kind == "live-key":  # `rzp_live_…`, not a test function `run_test_oauth2Authentication`
         return _has_letter_and_digit(m) and not _CAMEL_CASE_WORDS.fullmatch(token.split("_", 2)[2])
-    if kind in (KIND_OPENAI, "octopus-key", "discord-token", "telegram-token", "onepassword-secret-key", "maxmind-key"):
+    if kind in (KIND_OPENAI, "octopus-key", "discord-token", "onepassword-secret-key", "maxmind-key"):
         return _has_letter_and_digit(m)
+    if kind == "telegram-token":  # not `clm99224:AgencyIdentificationCodeContentType`: a secret of words
+        return not _CAPITALIZED_WORDS.fullmatch(token.split(":", 1)[1])
     if kind == KIND_SLACK:  # not `xoxp-1234567890` nor a prefix whose secret part is `####`
         return not token.endswith("-") and any(c.isalpha() for c in token[5:])
     return True
 
 
+_CAPITALIZED_WORDS = re.compile(r"(?:[A-Z][a-z]{2,})+")
 _CAMEL_CASE_WORDS = re.compile(r"[a-z]+\d*(?:[A-Z][a-z]{2,}\d*)+")  # `oauth2Authentication`, `parseUtf8Headers`
 
 
@@ -1428,14 +1443,14 @@ _HEX_DATA_WORDS = frozenset(  # words before a hex run that is a digest or an id
 
 _NAME_BEFORE = re.compile(r"([A-Za-z_][\w.-]{0,60})[\"'`]?[ \t]*(?::{1,2}|=>?|:=|->)[ \t]*[\"'`]?[ \t]*$")
 _DATA_NAME_PARTS = frozenset(  # names of random values that are data: ids, digests, nonces, states, signatures
-    "id ids uid uuid guid oid hash digest checksum sum nonce salt etag sha sha1 sha256 md5 integrity cursor state ref project "
+    "id ids uid uuid guid oid hash digest checksum sum nonce salt etag sha sha1 sha256 md5 integrity cursor state ref "
     "commit version rev revision signature sig fingerprint challenge verifier iv seed trace span request correlation "
     "name title label tag image path url uri file data blob content body payload hint value values example "
     "cert certs certificate certificates crt pem der x5c x5t ca chain pub pubkey modulus exponent thumbprint".split()
 )
 
 
-def _names_data(before: str) -> bool:
+def _names_data(before: str, value: str) -> bool:
     """The name before a random value says what it is: a vendor's name (`mistral: <key>`) leaves it a credential;
     an id, a digest, a nonce or a signature (`"etag": …`, `request_id = …`), or no readable name, data; a name with
     a credential word (`public_key`, `api_token`) is judged by the name rules."""
@@ -1445,8 +1460,10 @@ def _names_data(before: str) -> bool:
     parts = _name_parts(named.group(1))
     if not parts or any(part in _DATA_NAME_PARTS for part in parts):
         return True
+    if parts == ("project",):
+        return bool(_HEX_OR_UUID.match(value))  # `project: <32 hex>` is an id (`MIXPANEL_PROJECT: <hex>` a token)
     if _NAME_WORD.search(named.group(1).lower()):  # judged by the name rules, unless they see no credential in it
-        return _name_strength(named.group(1)) != _NONE or any(p in _PUBLIC_PARTS or p in _DATA_KEY_QUALIFIERS for p in parts)
+        return _name_strength(named.group(1)) != _NONE or any(p in _PUBLIC_PARTS for p in parts) or _names_a_data_key(parts)
     return False
 
 
@@ -1460,7 +1477,7 @@ def _stands_alone(text: str, start: int, end: int) -> bool:
     before = text[max(line_start, start - 80) : start]
     if _HASH_LABEL.search(before) or before.endswith(_DATA_BEFORE):
         return False
-    if _NAMED_VALUE_BEFORE.search(before) and (_names_data(before) or _HEX_NUMBER.fullmatch(text, start, end)):
+    if _NAMED_VALUE_BEFORE.search(before) and (_names_data(before, text[start:end]) or _HEX_NUMBER.fullmatch(text, start, end)):
         return False  # `group_order = 0x8CB91E82…`: a named number written in hex
     if _PLACEHOLDER_AT_END.search(before) or text.startswith("[REDACTED:", end):
         return False  # the rest of a value another rule redacted: judged with it (keeps redaction idempotent)
@@ -1591,9 +1608,11 @@ _RULES: tuple[_Rule, ...] = (
         # string, its dashes shortened (`--BEGIN PRIVATE KEY--`)
         KIND_PRIVATE_KEY,
         re.compile(
-            r"-{2,5}BEGIN[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-{2,5}"
-            r"(?:[\s\S]{0,12000}?-{2,5}END[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-{2,5}"
-            r"|(?:\s|\\[rn])+[A-Za-z0-9+/=\s\\:,-]{40,12000})"  # a block cut short (trimmed output): its base64 body
+            # dashes possessive and a block starting at its first dash, its body stopping at another BEGIN: a
+            # line of headers (`grep` output, `--BEGIN PRIVATE KEY--` repeated) costs no backtracking
+            r"(?<!-)-{2,5}+BEGIN[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-{2,5}+"
+            r"(?:(?:(?!-BEGIN)[\s\S]){0,12000}?-{2,5}+END[ A-Z0-9]{0,20}PRIVATE KEY(?: BLOCK)?-{2,5}+"
+            r"|(?:\s|\\[rn])++(?:(?!-BEGIN)[A-Za-z0-9+/=\s\\:,-]){40,12000})"  # a block cut short (trimmed output): its base64 body
         ),
         accept=_has_key_body,
         trigger=_trigger("private key"),
@@ -1675,9 +1694,13 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: _looks_random(m.group("value")) or _is_hex_key(m.group("value")),
         _trigger("/v"),
     ),
-    _Rule(  # a JWT, or any three-part token whose first two parts are base64 of JSON (`ey…` is `{…`), padding too
+    _Rule(  # a JWT, or any three-part token whose first two parts are base64 of JSON (`ey…` is `{…`), padding too;
+        # a header is base64url (`/ey/ey/ey…`, `+ey+ey…` start no long scan) and a signature stops before a `/word` path
         KIND_JWT,
-        re.compile(r"\bey[A-Za-z0-9_/+-]{8,8192}\.ey[A-Za-z0-9_/+-]{8,8192}\.[A-Za-z0-9_/+-]{0,8192}(?:={1,2}(?![\w=]))?"),
+        re.compile(
+            r"\bey[A-Za-z0-9_-]{8,8192}+\.ey[A-Za-z0-9_/+-]{8,8192}+\."
+            r"(?:[A-Za-z0-9_+-]|/(?=[A-Za-z0-9_+-])(?![a-z][a-z-]{2,64}+(?:[/?#&\s\"'<>]|$))){0,8192}+(?:={1,2}(?![\w=]))?"
+        ),
         accept=_is_token_like,
         trigger=_trigger(r"\.ey"),
     ),
