@@ -80,19 +80,42 @@ def _add_a_memory(wh: Warehouse) -> str:
     return session_id
 
 
-def _drop_an_earlier_summarys_vector(wh: Warehouse) -> str:
-    """An earlier session of the project whose summary lost its vector no longer counts as already known."""
+def _an_earlier_summary(wh: Warehouse) -> dict:
+    """A summary the recap of a session with a stored recap counts as its project's earlier session's."""
     earlier = wh.query(
-        "SELECT r.session_id, v.summary_id FROM session_recaps r JOIN sessions w USING (session_id), "
+        "SELECT r.session_id, v.session_id AS earlier_session_id, v.summary_id FROM session_recaps r "
+        "JOIN sessions w USING (session_id), "
         + EARLIER_SUMMARIES.format(project="w.project", session="w.session_id", start="w.started_at")
         + " ORDER BY ALL LIMIT 1"
     )
-    assert earlier  # a stored recap's session has an earlier session in its project
-    wh.conn.execute("UPDATE session_summaries SET embedding = NULL WHERE summary_id = ?", [earlier[0]["summary_id"]])
-    return earlier[0]["session_id"]
+    assert earlier  # the samples have one
+    return earlier[0]
 
 
-@pytest.mark.parametrize("change", [_add_a_memory, _drop_an_earlier_summarys_vector])
+def _drop_an_earlier_summarys_vector(wh: Warehouse) -> str:
+    """An earlier session whose summary lost its vector no longer counts as already known."""
+    earlier = _an_earlier_summary(wh)
+    wh.conn.execute("UPDATE session_summaries SET embedding = NULL WHERE summary_id = ?", [earlier["summary_id"]])
+    return earlier["session_id"]
+
+
+def _summarize_an_earlier_session_again(wh: Warehouse) -> str:
+    """An earlier session's new summary version (another summary id, the same vector) is another input."""
+    earlier = _an_earlier_summary(wh)
+    wh.conn.execute(
+        "INSERT INTO session_summaries SELECT * REPLACE (version + 1 AS version, summary_id || '+' AS summary_id) "
+        "FROM session_summaries WHERE summary_id = ?",
+        [earlier["summary_id"]],
+    )
+    wh.conn.execute(
+        "UPDATE sessions SET summary_version = summary_version + 1 WHERE session_id = ?", [earlier["earlier_session_id"]]
+    )
+    return earlier["session_id"]
+
+
+@pytest.mark.parametrize(
+    "change", [_add_a_memory, _drop_an_earlier_summarys_vector, _summarize_an_earlier_session_again]
+)
 def test_a_stored_recap_is_not_used_once_what_it_was_made_from_changed(
     warehouse: Path, tmp_path: Path, change: Callable[[Warehouse], str]
 ) -> None:
