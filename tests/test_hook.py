@@ -14,7 +14,12 @@ from sessionmem_pipeline.client import SessionMemory, Snapshot
 from sessionmem_pipeline.config import load_settings
 from sessionmem_pipeline.recaps import HOOK_BUDGET, stored_recap_text
 from sessionmem_pipeline.stages.run import index_sources
-from sessionmem_pipeline.warehouse import EARLIER_SUMMARIES, Warehouse, publish_snapshot, snapshot_path
+from sessionmem_pipeline.warehouse import (
+    EARLIER_SUMMARIES,
+    Warehouse,
+    publish_snapshot,
+    snapshot_path,
+)
 
 ROOT = Path(__file__).parent.parent
 PAYLOAD = (ROOT / "tests" / "fixtures" / "hooks" / "claude_session_start.json").read_text(encoding="utf-8")
