@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 HOOK_BUDGET = 800
 """The hook's default budget (cl100k tokens; core.recap.DEFAULT_BUDGET, not imported here: the hook does not load
 the recap rules when the stored recap answers)."""
-RECAP_RULES = "1"
+RECAP_RULES = "2"  # 2: the earlier summaries in the fingerprint as a count and xor of their ids' hashes
 """The version of what a recap is made by (core.recap, core.ending, the tokenizer) and of its fingerprint: bump it
 when a change there alters a recap's text or what the fingerprint covers, so stored recaps are not used and the
 next run's index stage makes them again."""

@@ -687,12 +687,14 @@ class _Queries:
     def chunk_vectors(self, session_id: str) -> dict[int, list[float]]:
         if not self._table_exists("chunk_embeddings"):
             return {}
-        rows = self.conn.execute(  # the filter on e.session_id keeps the scan from reading every vector
-            """SELECT c.chunk_index, e.embedding FROM chunks c JOIN chunk_embeddings e USING (chunk_id)
-               WHERE c.session_id = $id AND e.session_id = $id""",
-            {"id": session_id},
+        # two scans filtered by session, joined here: the join in SQL cost ~7 ms CPU at 100k chunks, these ~2.5
+        index_of = dict(self.conn.execute(
+            "SELECT chunk_id, chunk_index FROM chunks WHERE session_id = ?", [session_id]
+        ).fetchall())
+        rows = self.conn.execute(
+            "SELECT chunk_id, embedding FROM chunk_embeddings WHERE session_id = ?", [session_id]
         ).fetchall()
-        return {index: list(vector) for index, vector in rows}
+        return {index_of[chunk_id]: list(vector) for chunk_id, vector in rows if chunk_id in index_of}
 
     def source_state(self, path: str) -> tuple[IndexedState | None, dict[str, Any] | None]:
         return self.source_states([path]).get(path, (None, None))
@@ -797,8 +799,8 @@ class _Queries:
             states AS (
                 SELECT session_id, string_agg(stage || '=' || input_fp || '/' || stage_key, ',' ORDER BY stage) AS fp
                 FROM stage_state WHERE session_id IN (SELECT session_id FROM wanted) GROUP BY session_id),
-            earlier AS (
-                SELECT w.session_id, string_agg(v.summary_id, ',' ORDER BY v.summary_id) AS fp
+            earlier AS (  -- order-free, the ids neither sorted nor joined: ~40 sessions x ~500 summaries at 100k
+                SELECT w.session_id, count(*) || ':' || bit_xor(hash(v.summary_id)) AS fp
                 FROM wanted w,
                      {EARLIER_SUMMARIES.format(project="w.project", session="w.session_id", start="w.started_at")}
                 GROUP BY w.session_id),

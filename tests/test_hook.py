@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,12 @@ from sessionmem_pipeline.client import SessionMemory, Snapshot
 from sessionmem_pipeline.config import load_settings
 from sessionmem_pipeline.recaps import HOOK_BUDGET, stored_recap_text
 from sessionmem_pipeline.stages.run import index_sources
-from sessionmem_pipeline.warehouse import Warehouse, publish_snapshot, snapshot_path
+from sessionmem_pipeline.warehouse import (
+    EARLIER_SUMMARIES,
+    Warehouse,
+    publish_snapshot,
+    snapshot_path,
+)
 
 ROOT = Path(__file__).parent.parent
 PAYLOAD = (ROOT / "tests" / "fixtures" / "hooks" / "claude_session_start.json").read_text(encoding="utf-8")
@@ -71,16 +77,59 @@ def test_the_hook_reads_the_recap_the_index_made_which_is_the_recap_made_now(war
     memory.close()
 
 
-def test_a_stored_recap_is_not_used_once_what_it_was_made_from_changed(warehouse: Path, tmp_path: Path) -> None:
+def _add_a_memory(wh: Warehouse) -> str:
     """A curated memory added outside a run's index stage changes what the recap leaves out as already known."""
+    session_id = "3f6c2b9e-71d4-4a8e-b5c0-9e2d7a41f863"
+    vector = list(wh.chunk_vectors(session_id).values())[-1]
+    wh.insert("memories", [{"memory_id": "m1", "content": "known", "source": "test", "embedding": vector}])
+    return session_id
+
+
+def _an_earlier_summary(wh: Warehouse) -> dict:
+    """A summary the recap of a session with a stored recap counts as its project's earlier session's."""
+    earlier = wh.query(
+        "SELECT r.session_id, v.session_id AS earlier_session_id, v.summary_id FROM session_recaps r "
+        "JOIN sessions w USING (session_id), "
+        + EARLIER_SUMMARIES.format(project="w.project", session="w.session_id", start="w.started_at")
+        + " ORDER BY ALL LIMIT 1"
+    )
+    assert earlier  # the samples have one
+    return earlier[0]
+
+
+def _drop_an_earlier_summarys_vector(wh: Warehouse) -> str:
+    """An earlier session whose summary lost its vector no longer counts as already known."""
+    earlier = _an_earlier_summary(wh)
+    wh.conn.execute("UPDATE session_summaries SET embedding = NULL WHERE summary_id = ?", [earlier["summary_id"]])
+    return earlier["session_id"]
+
+
+def _summarize_an_earlier_session_again(wh: Warehouse) -> str:
+    """An earlier session's new summary version (another summary id, the same vector) is another input."""
+    earlier = _an_earlier_summary(wh)
+    wh.conn.execute(
+        "INSERT INTO session_summaries SELECT * REPLACE (version + 1 AS version, summary_id || '+' AS summary_id) "
+        "FROM session_summaries WHERE summary_id = ?",
+        [earlier["summary_id"]],
+    )
+    wh.conn.execute(
+        "UPDATE sessions SET summary_version = summary_version + 1 WHERE session_id = ?", [earlier["earlier_session_id"]]
+    )
+    return earlier["session_id"]
+
+
+@pytest.mark.parametrize(
+    "change", [_add_a_memory, _drop_an_earlier_summarys_vector, _summarize_an_earlier_session_again]
+)
+def test_a_stored_recap_is_not_used_once_what_it_was_made_from_changed(
+    warehouse: Path, tmp_path: Path, change: Callable[[Warehouse], str]
+) -> None:
     path = tmp_path / "w.duckdb"
     shutil.copy(warehouse, path)
     shutil.copy(snapshot_path(warehouse), snapshot_path(path))
-    session_id = "3f6c2b9e-71d4-4a8e-b5c0-9e2d7a41f863"
     with Warehouse(path) as wh:
-        vector = list(wh.chunk_vectors(session_id).values())[-1]
         with wh.transaction():
-            wh.insert("memories", [{"memory_id": "m1", "content": "known", "source": "test", "embedding": vector}])
+            session_id = change(wh)
             wh.bump_generation()
         wh.checkpoint()
     publish_snapshot(path)
