@@ -1470,23 +1470,25 @@ class Warehouse(_Queries):
         self, stage: str, fingerprints: Mapping[str, str], stage_key: str, run_id: str, now: datetime
     ) -> None:
         """These sessions' `stage` output is built from these input fingerprints (call inside the transaction
-        that wrote the output, so output and state commit together)."""
+        that wrote the output, so output and state commit together; the counter, the mark and the rows commit
+        together in any case: a counter lost halfway would number new rows below a clean mark)."""
         if not fingerprints:
             return
-        seq = int(self.get_meta("stage_seq") or 0) + 1  # higher than any clean mark (stale_sessions)
-        self.set_meta("stage_seq", str(seq))
-        self.conn.execute(  # rows under another key void the stage's mark
-            "DELETE FROM meta WHERE key = ? AND NOT starts_with(value, ?)", [f"clean:{stage}", f"{stage_key}|"])
-        self.delete_where_stage(stage, list(fingerprints))
-        self.insert(
-            "stage_state",
-            [
-                {"stage": stage, "session_id": s, "input_fp": fp, "stage_key": stage_key, "run_id": run_id,
-                 "built_at": now, "recorded_seq": seq}
-                for s, fp in fingerprints.items()
-            ],
-        )
-        self.bump_generation()
+        with self.transaction():
+            seq = int(self.get_meta("stage_seq") or 0) + 1  # higher than any clean mark (stale_sessions)
+            self.set_meta("stage_seq", str(seq))
+            self.conn.execute(  # rows under another key void the stage's mark
+                "DELETE FROM meta WHERE key = ? AND NOT starts_with(value, ?)", [f"clean:{stage}", f"{stage_key}|"])
+            self.delete_where_stage(stage, list(fingerprints))
+            self.insert(
+                "stage_state",
+                [
+                    {"stage": stage, "session_id": s, "input_fp": fp, "stage_key": stage_key, "run_id": run_id,
+                     "built_at": now, "recorded_seq": seq}
+                    for s, fp in fingerprints.items()
+                ],
+            )
+            self.bump_generation()
 
     def stale_sessions(
         self, stage: str, stage_key: str, upstream: str, upstream_key: str, scope: Sequence[str] | None = None
@@ -1512,8 +1514,8 @@ class Warehouse(_Queries):
         else:
             built = self.stage_inputs(stage, list(recorded))
             stale = {s: fp for s, (fp, _) in recorded.items() if built.get(s) != (fp, stage_key)}
-        if scope is None:
-            clean = min(recorded[s][1] for s in stale) - 1 if stale else max(
+        if scope is None:  # a stale row at or below the mark (never expected) drops the mark: -1, full compare
+            clean = min(recorded[s][1] if s in recorded else 0 for s in stale) - 1 if stale else max(
                 (seq for _, seq in recorded.values()), default=after)
             if clean != after:
                 with self.transaction():

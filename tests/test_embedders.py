@@ -241,6 +241,20 @@ def test_openai_outage_in_a_stream_of_texts_stops_sending(openai_server: OpenAIC
     assert len(openai_server.requests_to(EMBEDDINGS)) < 40 * 3  # batches after the outage was seen were never sent
 
 
+def test_openai_stream_whose_producer_fails_sends_no_batch_not_yet_sent(openai_server: OpenAICompatibleServer) -> None:
+    openai_server.latency_seconds = 0.2  # the first batches are still in flight when the producer fails
+    embedder = OpenAIEmbedder(base_url=openai_server.base_url, dimensions=16, batch_size=1, max_in_flight=2, **FAST)
+
+    def producer():  # twenty batches queued at once, then the sessions' compute fails
+        yield from (f"text {index}" for index in range(20))
+        raise RuntimeError("chunking failed")
+
+    with pytest.raises(RuntimeError, match="chunking failed"):
+        embedder.embed_as_they_come(producer())
+
+    assert len(openai_server.requests_to(EMBEDDINGS)) <= 2  # those in flight end; the queued ones are dropped
+
+
 def test_openai_retry_after_pauses_every_request_in_flight(openai_server: OpenAICompatibleServer) -> None:
     openai_server.enqueue(EMBEDDINGS, Reply.error(429, "slow down", retry_after=0.5))
     texts = [f"message number {index}" for index in range(8)]

@@ -352,3 +352,21 @@ def test_stale_sessions_behind_the_clean_mark_are_those_a_full_comparison_finds(
         record("chunk", {"s3": "c3"}, "u2")  # the upstream under another key: s3 waits for it
         assert list(stale()) == ["s0", "s1"]
         assert list(stale(upstream_key="u2")) == ["s3"]
+
+
+def test_a_stale_session_found_below_the_clean_mark_drops_the_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mark's promise broken by hand (a downstream row removed behind it): the full comparison past
+    STALE_NARROW_MAX still lists the session, and the mark is dropped so later runs compare every row."""
+    monkeypatch.setattr(wh_module, "STALE_NARROW_MAX", 0)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        with wh.transaction():
+            wh.record_stage("chunk", {"s0": "c0", "s1": "c1"}, "u1", "run", now)
+            wh.record_stage("embed", wh.stale_sessions("embed", "d1", "chunk", "u1"), "d1", "run", now)
+        assert wh.stale_sessions("embed", "d1", "chunk", "u1") == {}
+        with wh.transaction():
+            wh.record_stage("chunk", {"s2": "c2"}, "u1", "run", now)  # one row after the mark: the full join runs
+            wh.conn.execute("DELETE FROM stage_state WHERE stage = 'embed' AND session_id = 's0'")
+
+        assert sorted(wh.stale_sessions("embed", "d1", "chunk", "u1")) == ["s0", "s2"]
+        assert wh.get_meta("clean:embed") == "d1|u1|-1"

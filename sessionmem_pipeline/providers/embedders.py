@@ -453,10 +453,14 @@ class OpenAIEmbedder(Embedder):
                 else:
                     sent.append(pool.submit(send, batch))
 
-            for text in texts:
-                came.append(text)
-                if len(came) % self.batch_size == 0:
-                    dispatch(range(len(came) - self.batch_size, len(came)))
+            try:
+                for text in texts:
+                    came.append(text)
+                    if len(came) % self.batch_size == 0:
+                        dispatch(range(len(came) - self.batch_size, len(came)))
+            except BaseException:  # the texts' producer failed: the batches not yet sent are never sent
+                pool.shutdown(cancel_futures=True)
+                raise
             if tail := len(came) % self.batch_size:
                 dispatch(range(len(came) - tail, len(came)))
             for done in sent:

@@ -251,6 +251,10 @@ def _write_outcome(
     return outcome
 
 
+class ComputeAbandoned(Exception):
+    """Ends the stream of texts to embed when computing the sessions failed (that failure is the one raised)."""
+
+
 class _Embedding:
     """The chunk texts no cache of the snapshot holds, embedded while later sessions are still computed: each
     session's new texts go to the embedder's thread as soon as the session is done, and a remote embedder sends
@@ -278,8 +282,11 @@ class _Embedding:
         self._thread.shutdown()
 
     def _texts_as_they_come(self) -> Iterator[str]:
+        """The queued texts; when computing failed, an error instead, so the embedder sends nothing more."""
         while (text := self._queue.get()) is not None and not self._abandoned:
             yield text
+        if self._abandoned:
+            raise ComputeAbandoned("computing the sessions failed; their texts are not embedded")
 
     def add(self, texts: Mapping[str, str]) -> None:
         """A session's texts (text -> context hash): those neither seen before nor cached go to the embedder."""
