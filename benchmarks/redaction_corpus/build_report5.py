@@ -43,6 +43,11 @@ USER_BEFORE = re.compile(r"user\W*$", re.IGNORECASE)  # a masked user name is no
 URL_PASSWORD = re.compile(r"://[^/\s:@]*:([^@\s/]+)@")
 
 
+def holds_no_key(line: str) -> bool:
+    """A source's negative example fit for a clean half: no key-like token, not a heredoc marker."""
+    return not KEY_LIKE.search(line) and line not in {"<<<", ">>>"}
+
+
 class GoExpression:
     """Evaluates the string expressions Go tests build inputs from: literals, constants, `+`, strings.Repeat."""
 
@@ -337,7 +342,7 @@ def main(scalibr_dir: str, trivy_dir: str) -> None:
             (f"osv-scalibr Veles negative test inputs holding no key-like token (osv-scalibr@{commits['google/osv-scalibr']})", veles_negatives),
             (f"trivy secret test files' lines without a finding, holding no key-like token (trivy@{commits['aquasecurity/trivy']})", trivy_negatives),
         ],
-        lambda line: not KEY_LIKE.search(line) and line not in {"<<<", ">>>"},
+        holds_no_key,
         drawn_lookalikes(random.Random(5055)),
     )
 

@@ -36,7 +36,7 @@ import yaml
 
 from build_report3 import NOT_CREDENTIALS, existing_values
 from build_report4 import Draw, Example, draw_lines, git, kebab, placeholder, write_half
-from build_report5 import KEY_LIKE, GoExpression, go_constants
+from build_report5 import GoExpression, go_constants, holds_no_key
 from build_report5 import in_context as report5_in_context
 from build_report5 import secret_entries as report5_secret_entries
 from build_report6 import narrowed
@@ -381,7 +381,6 @@ def main(twoms_dir: str, custom_patterns_dir: str) -> None:
         "Checkmarx/2ms": git(twoms_dir, "rev-parse", "HEAD").strip(),
         "advanced-security/secret-scanning-custom-patterns": git(custom_patterns_dir, "rev-parse", "HEAD").strip(),
     }
-    key_free = lambda line: not KEY_LIKE.search(line) and line not in {"<<<", ">>>"}  # noqa: E731
     write_half(
         OUT,
         commits,
@@ -392,7 +391,7 @@ def main(twoms_dir: str, custom_patterns_dir: str) -> None:
             (f"2ms false positives holding no key-like token (2ms@{commits['Checkmarx/2ms']})", twoms_negatives),
             ("custom patterns' test files without a credential match, holding no key-like token", custom_negatives),
         ],
-        key_free,
+        holds_no_key,
         drawn_lookalikes(random.Random(8088)),
     )
 

@@ -57,7 +57,7 @@ from build_report4 import (
     placeholder,
     write_half,
 )
-from build_report5 import KEY_LIKE
+from build_report5 import KEY_LIKE, holds_no_key
 from build_report5 import in_context as report5_in_context
 from build_report5 import secret_entries as report5_secret_entries
 from build_report8 import lines_around
@@ -378,7 +378,6 @@ def main(horusec_dir: str, ibm_dir: str, checkov_dir: str, devskim_dir: str, rep
         "auth0/repo-supervisor": git(repo_supervisor_dir, "rev-parse", "HEAD").strip(),
         "americanexpress/earlybird": git(earlybird_dir, "rev-parse", "HEAD").strip(),
     }
-    key_free = lambda line: not KEY_LIKE.search(line) and line not in {"<<<", ">>>"}
     write_half(
         OUT,
         commits,
@@ -391,7 +390,7 @@ def main(horusec_dir: str, ibm_dir: str, checkov_dir: str, devskim_dir: str, rep
             ("checkov's true-negative sanity file, lines holding no key-like token", checkov_negatives),
             ("DevSkim secrets rules' must-not-match holding no key-like token", devskim_negatives),
         ],
-        key_free,
+        holds_no_key,
         drawn_lookalikes(random.Random(9099)),
     )
 

@@ -264,7 +264,7 @@ class _Embedding:
     def __init__(self, snapshot: Snapshot, embedder: Embedder | None) -> None:
         self.snapshot = snapshot
         self.embedder = embedder
-        self.digests: dict[str, str] = {}  # every text seen -> its context hash
+        self.seen: set[str] = set()  # every text added so far
         self.texts: list[str] = []  # the texts sent, in order
         self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="embed-stream")
@@ -292,10 +292,10 @@ class _Embedding:
         """A session's texts (text -> context hash): those neither seen before nor cached go to the embedder."""
         if self.embedder is None:
             return
-        new = {text: digest for text, digest in texts.items() if text not in self.digests}
+        new = {text: digest for text, digest in texts.items() if text not in self.seen}
         if not new:
             return
-        self.digests.update(new)
+        self.seen.update(new)
         cached = self.snapshot.cached_embeddings(self.embedder.model_id, list(new.values()))
         for text, digest in new.items():
             if digest not in cached:

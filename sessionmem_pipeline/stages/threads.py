@@ -3,12 +3,12 @@
 A change re-clusters only what it can affect. The links at or above the similarity threshold are kept
 (`thread_links`, without scores: clustering a component recomputes its links), with the input each session was
 linked from (`thread_inputs`: also its topics and files, so the unchanged sessions a change is compared and
-clustered with are read from there, not from their summaries' JSON). When sessions change (their summary, start or project; or they appear or go), only
-their links are recomputed, against the sessions of their project within MAX_GAP_DAYS of them, and only the strong
-components (core/threads.py `strong_components`) that hold a changed session now or held one before are clustered
-again and have their threads replaced. Links depend only on their two sessions, and clustering a component alone
-gives that component's threads of a whole-project clustering, so the result is exactly a full rebuild's. A new
-stage key (version or configuration) rebuilds everything.
+clustered with are read from there, not from their summaries' JSON). When sessions change (their summary, start or
+project; or they appear or go), only their links are recomputed, against the sessions of their project within
+MAX_GAP_DAYS of them, and only the strong components (core/threads.py `strong_components`) that hold a changed
+session now or held one before are clustered again and have their threads replaced. Links depend only on their two
+sessions, and clustering a component alone gives that component's threads of a whole-project clustering, so the
+result is exactly a full rebuild's. A new stage key (version or configuration) rebuilds everything.
 """
 
 from __future__ import annotations
