@@ -303,6 +303,7 @@ def test_a_secret_at_the_end_of_a_huge_line_is_found() -> None:
 )
 @example(f"password=token: AKIAIOSFODNN7EXAMPLE{GITHUB_TOKEN}")  # a name taken as a value: its key stays both times
 @example(f"AKIAIOSFODNN7EXAMPLE{GITHUB_TOKEN}\n{GITHUB_TOKEN}")  # a line beside a redacted one: still a base64 block
+@example("Bearer AKIAIOSFODNN7EXAMPLEpassword=password=password=")  # a Bearer value running into a placeholder
 def test_redaction_is_idempotent_on_arbitrary_text(text: str) -> None:
     once = redact(text)
     assert redact(once) == once

@@ -98,7 +98,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-REDACTION_VERSION = "12"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "13"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -1090,6 +1090,12 @@ def _inside_placeholder(text: str, position: int) -> bool:
     return opened >= 0 and "]" not in text[opened:position]
 
 
+def _runs_into_placeholder(text: str, end: int) -> bool:
+    """`…EXAMPLEpassword=[REDACTED:password]`: the value goes on in a placeholder, so it is the rest of a value another
+    rule redacted, judged with it (redacting the text again would otherwise take more)."""
+    return text.startswith("[REDACTED:", end)
+
+
 def _accept_assignment(m: re.Match[str]) -> bool:
     """A value assigned to a secret-like name, judged by the form of the assignment and the value's look."""
     name = m.group("name")
@@ -1102,8 +1108,8 @@ def _accept_assignment(m: re.Match[str]) -> bool:
         return False
     if m.string[m.end() : m.end() + 1] in ("<", "{", "$"):
         return False  # `dop_v1_<your-token>`: the start of a template, not a value
-    if m.string.startswith("[REDACTED:", m.end()):
-        return False  # the rest of a value another rule redacted: judged with it (keeps redaction idempotent)
+    if _runs_into_placeholder(m.string, m.end()):
+        return False
     sep = m.group("sep")
     if group == "v_bare" and sep in (":", "::") and (not m.group("sp2") or (sep == ":" and m.group("sp1") and not m.group("kq"))):
         dotted = "." in name or m.string[m.start() - 1 : m.start()] == "."
@@ -1258,12 +1264,7 @@ def _is_command_password(user: str, value: str) -> bool:
 
 
 def _is_encoded_private_key(m: re.Match[str]) -> bool:
-    head = m.group(0)[:80]
-    try:
-        decoded = base64.b64decode(head[: len(head) // 4 * 4])
-    except binascii.Error:
-        return False
-    return b"PRIVATE KEY" in decoded
+    return b"PRIVATE KEY" in _decoded_quads(m.group(0)[:80])
 
 
 def _is_token_like(m: re.Match[str]) -> bool:
@@ -1281,10 +1282,14 @@ def _decoded_base64(text: str) -> bytes:
         return b""
 
 
+def _decoded_quads(text: str) -> bytes:
+    """The whole 4-character groups of `text` as base64 (a match may end inside one)."""
+    return _decoded_base64(text[: len(text) // 4 * 4])
+
+
 def _is_encoded_jwt(m: re.Match[str]) -> bool:
     """`ZXlK…` decodes to `eyJ…`: a JWT, or its header, when the decoded text is base64url with a dot or is long."""
-    decoded = _decoded_base64(m.group(0)[: len(m.group(0)) // 4 * 4])
-    return bool(_ENCODED_JWT.match(decoded))
+    return bool(_ENCODED_JWT.match(_decoded_quads(m.group(0))))
 
 
 _ENCODED_JWT = re.compile(rb"eyJ[A-Za-z0-9_-]{8,}(?:\.|[A-Za-z0-9_-]{24})")
@@ -1293,7 +1298,7 @@ _KEY_FIELD = re.compile(rb'"(?:k|key|api_?key|secret|client_secret|token|access_
 
 def _is_encoded_key_object(m: re.Match[str]) -> bool:
     """`eyJrIjoi…` decodes to `{"k":"<8 or more characters>…`: an object holding a key, not data."""
-    return bool(_KEY_FIELD.search(_decoded_base64(m.group(0)[: len(m.group(0)) // 4 * 4])))
+    return bool(_KEY_FIELD.search(_decoded_quads(m.group(0))))
 
 
 def _has_key_body(m: re.Match[str]) -> bool:
@@ -1479,7 +1484,7 @@ def _stands_alone(text: str, start: int, end: int) -> bool:
         return False
     if _NAMED_VALUE_BEFORE.search(before) and (_names_data(before, text[start:end]) or _HEX_NUMBER.fullmatch(text, start, end)):
         return False  # `group_order = 0x8CB91E82…`: a named number written in hex
-    if _PLACEHOLDER_AT_END.search(before) or text.startswith("[REDACTED:", end):
+    if _PLACEHOLDER_AT_END.search(before) or _runs_into_placeholder(text, end):
         return False  # the rest of a value another rule redacted: judged with it (keeps redaction idempotent)
     begin = text.rfind("-----BEGIN", max(0, start - _PEM_BLOCK_LONGEST), start)
     if begin != -1 and text.find("-----END", begin, start) == -1:
@@ -1740,7 +1745,8 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(r"\b[Bb]earer[ \t]+(?P<value>[A-Za-z0-9._~+/-]{15,4096}[A-Za-z0-9_~+/-]={0,2})(?![A-Za-z0-9_~+/=-]|\.\w)"),
         ("value",),
-        lambda m: not _is_excluded_value(m.group("value")) and _is_key_value(m.group("value")),
+        lambda m: not _is_excluded_value(m.group("value")) and _is_key_value(m.group("value"))
+        and not _runs_into_placeholder(m.string, m.end()),
         _trigger("bearer"),
     ),
     _Rule(  # `curl -u sk_<key>:`: an API key as the user name, with no password (Stripe, Mailgun and others)
