@@ -555,6 +555,11 @@ def message_row(message: Message) -> dict[str, Any]:
     }
 
 
+def stored_message(message: Message, project: str, cwd: str | None) -> Message:
+    """A message as `load_messages` will give it back once ingest stored it (what the stages after ingest read)."""
+    return _message_from_row(message_row(message), project, cwd)
+
+
 def _message_from_row(row: Mapping[str, Any], project: str, cwd: str | None) -> Message:
     return Message(
         session_id=row["session_id"],
@@ -1975,9 +1980,9 @@ class NothingIndexedYet(WarehouseError):
     """No snapshot has been published yet: readers answer empty ("nothing indexed yet") instead of failing."""
 
 
-def empty_reader() -> duckdb.DuckDBPyConnection:
+def empty_reader(*, extensions: bool = True) -> duckdb.DuckDBPyConnection:
     """An empty warehouse in memory, for readers before the first snapshot: every query answers empty."""
-    conn = _extension_connection()
+    conn = _extension_connection(extensions=extensions)
     conn.execute(f"ATTACH ':memory:' AS {DATABASE}")
     conn.execute(f"USE {DATABASE}")
     migrate(conn)

@@ -4,6 +4,7 @@ run's."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -33,8 +34,17 @@ from sessionmem_pipeline.defs.assets import (
 from sessionmem_pipeline.defs.partitions import session_partitions
 from sessionmem_pipeline.defs.resources import SessionmemResource
 from sessionmem_pipeline.stages.discover import discover
-from sessionmem_pipeline.stages.ingest_staging import compute_parses
-from sessionmem_pipeline.stages.registry import COLLAPSE, EMBED, FAULT_VARIABLE, INGEST, InjectedFault, Providers
+from sessionmem_pipeline.stages.ingest_staging import compute_parses, staged_sessions
+from sessionmem_pipeline.stages.registry import (
+    CHUNK,
+    COLLAPSE,
+    EMBED,
+    FAULT_VARIABLE,
+    INGEST,
+    SUMMARIZE,
+    InjectedFault,
+    Providers,
+)
 from sessionmem_pipeline.stages.run import index_sources
 from sessionmem_pipeline.stages import staging
 from sessionmem_pipeline.stages.staging import compute_sessions, staging_folder
@@ -93,9 +103,11 @@ def test_parallel_compute_steps_then_one_commit_build_the_same_warehouse_as_a_se
     with ThreadPoolExecutor(3) as pool:  # one compute step per partition, three at a time
         list(pool.map(lambda key: materialize([staged_parses], config, [key]), keys))
         assert {path.parent.name for path in staged_files(settings)} == {"ingest"}
-        ingest = materialize([raw_messages], config, keys)  # publishes the snapshot the next compute reads
+        # from the staged parses: nothing is ingested or published yet
         list(pool.map(lambda key: materialize([staged_results], config, [key]), keys))
-    assert {path.parent.name for path in staged_files(settings)} == {"collapse", "chunk", "embed", "summarize"}
+    assert not settings.warehouse.exists()
+    assert {path.parent.name for path in staged_files(settings)} == {"ingest", "collapse", "chunk", "embed", "summarize"}
+    ingest = materialize([raw_messages], config, keys)
     commit = materialize(COMMITS, config, keys)
     materialize([session_threads, memories, search_index], config)
 
@@ -110,6 +122,37 @@ def test_parallel_compute_steps_then_one_commit_build_the_same_warehouse_as_a_se
     assert {"collapsed_messages", "chunks", "embedding_cache", "session_summaries", "stage_state"} <= filled
     for table in serial:
         assert parallel[table] == serial[table], table
+
+
+def test_compute_builds_a_grown_session_from_its_staged_parse_before_the_writer_ingests_it(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    built = twin_settings(tmp_path, sources, openai_server)
+    for settings in built.values():
+        index_sources(settings)
+    claude = next((sources / "claude").rglob("*.jsonl"))
+    last = json.loads(claude.read_text(encoding="utf-8").splitlines()[-1])
+    reply = {**last, "uuid": "5d1e0c3a-0000-4000-8000-000000000001", "parentUuid": last["uuid"],
+             "message": {**last["message"], "id": "msg_appended", "content": [
+                 {"type": "text", "text": "Follow-up: the gift card refund job now retries twice before paging."}]}}
+    with claude.open("a", encoding="utf-8") as handle:  # one more assistant message: the file grew
+        handle.write(json.dumps(reply) + "\n")
+    staged = built["staged"]
+    [key] = [f.partition_key for f in discover(staged.sources) if f.path == str(claude)]
+
+    assert compute_parses(staged, [key]).files == 1
+    parsed = staged_sessions(staged, [key])
+    outcome = compute_sessions(staged, [key], Providers(staged), parsed=parsed)  # the snapshot is as before
+
+    assert set(outcome.computed) == {COLLAPSE.name, CHUNK.name, EMBED.name, SUMMARIZE.name}
+    [chunked] = [path for path in outcome.paths if path.parent.name == CHUNK.name]
+    chunk_rows = pq.read_table(chunked).to_pylist()[0]["rows"]
+    assert 0 < outcome.computed[EMBED.name] < len(chunk_rows)  # the earlier chunks' vectors are the snapshot's
+    staged_run = index_sources(staged)
+    index_sources(built["serial"])
+    assert set(staged_run.computed_in_commit.values()) == {0}  # ingest, and every stage after it, from staging
+    assert staged_files(staged) == []
+    assert warehouse_tables(staged.warehouse) == warehouse_tables(built["serial"].warehouse)
 
 
 def test_compute_reads_the_published_snapshot_while_a_writer_holds_the_live_file(
@@ -143,13 +186,13 @@ def test_compute_sends_embedding_requests_while_it_still_computes_later_sessions
     seen_at_start: list[int] = []  # requests the server had when compute began each session
     session = staging._Compute.session
 
-    def session_after_the_first_request(self, snapshot, session_id, state):
+    def session_after_the_first_request(self, snapshot, session_id, state, parsed):
         if len(seen_at_start) == sessions - 1:  # the earlier sessions' texts fill a batch: it goes out meanwhile
             deadline = time.monotonic() + 10
             while len(openai_server.requests_to(EMBEDDINGS)) == before and time.monotonic() < deadline:
                 time.sleep(0.01)
         seen_at_start.append(len(openai_server.requests_to(EMBEDDINGS)) - before)
-        return session(self, snapshot, session_id, state)
+        return session(self, snapshot, session_id, state, parsed)
 
     monkeypatch.setattr(staging._Compute, "session", session_after_the_first_request)
     outcome = compute_sessions(wider, None, Providers(wider))

@@ -68,12 +68,11 @@ def _stage_context(
     sessionmem: SessionmemResource,
     *,
     partitioned: bool = True,
-    publish: bool = False,
 ) -> Iterator[tuple[StageContext, IndexReport]]:
     """The warehouse under the writer lock, a stage context scoped to the run's partitions, and a report whose
     counts go into the run's row in `runs`. The snapshot is published at the end by the run's last writer asset
     (`search_index` when the run has it), so search sees any materialization with no other click and a run copies
-    the file once, and always when `publish` (a compute step downstream reads the snapshot)."""
+    the file once."""
     settings = sessionmem.settings()
     report = IndexReport(run_id=context.run.run_id)
     started = time.perf_counter()
@@ -101,7 +100,7 @@ def _stage_context(
             generation, outgrown = wh.finish(measure=report.indexed)
         if outgrown:
             rebuild_file(settings.warehouse)
-        if publish or not _writer_follows(context):
+        if not _writer_follows(context):
             publish_if_stale(settings.warehouse, generation)
 
 
@@ -111,7 +110,7 @@ def _writer_follows(context: dg.AssetExecutionContext) -> bool:
     for asset in PIPELINE_ASSETS:  # in dependency order
         if asset.dependency_keys & below:
             below.add(asset.key)
-    selected = context.run.asset_selection or set()
+    selected = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys  # none: the whole job
     return any(key in selected for key in below - {context.asset_key, staged_results.key})
 
 
@@ -174,9 +173,8 @@ def staged_parses(context: dg.AssetExecutionContext, sessionmem: SessionmemResou
 @session_asset(deps=[staged_parses], group_name="sessions")
 def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Canonical messages of each session file: validated, privacy exclusions applied, redacted, quarantined when
-    unusable, only new lines when grown; a vanished file's sessions stay, marked source-missing (published at once:
-    the compute step works from the snapshot)."""
-    with _stage_context(context, sessionmem, publish=True) as (ctx, report):
+    unusable, only new lines when grown; a vanished file's sessions stay, marked source-missing."""
+    with _stage_context(context, sessionmem) as (ctx, report):
         scan = scan_sources(ctx.settings.sources, rules=privacy_rules(ctx.settings))
         wanted = set(context.partition_keys)
         scan.files = [f for f in scan.files if f.partition_key in wanted]
@@ -202,14 +200,17 @@ def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
     )
 
 
-@compute_asset(deps=[raw_messages])
+@compute_asset(deps=[staged_parses])
 def staged_results(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Each per-session stage's results (collapsed messages, chunks with topics, vectors, summaries) that the
     published snapshot lacks, computed outside the writer (never opens the live file, so many run at once) into
-    the staging folder (`staging.path`) for the writer's assets to commit."""
+    the staging folder (`staging.path`) for the writer's assets to commit: from the staged parses where the
+    snapshot does not hold them yet, so it runs beside the writer's `raw_messages`, not after it."""
     settings = sessionmem.settings()
     summarize = SUMMARIZE_DUE if SENSOR_RUN_TAG in context.run.tags else SUMMARIZE_NOW
-    outcome = staging.compute_sessions(settings, list(context.partition_keys), Providers(settings), summarize=summarize)
+    keys = list(context.partition_keys)
+    parsed = ingest_staging.staged_sessions(settings, keys)
+    outcome = staging.compute_sessions(settings, keys, Providers(settings), summarize=summarize, parsed=parsed)
     return dg.MaterializeResult(
         metadata={
             "sessions": outcome.sessions,

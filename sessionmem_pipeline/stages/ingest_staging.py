@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core import changes
@@ -41,7 +42,13 @@ from sessionmem_pipeline.stages.discover import SourceFile, scan_sources
 from sessionmem_pipeline.stages.ingest import ParsedSource, parse_source
 from sessionmem_pipeline.stages.privacy import find_ignore_file, privacy_rules
 from sessionmem_pipeline.stages.registry import INGEST, Providers, stage_key
-from sessionmem_pipeline.stages.staging import StagedFiles, read_results, staging_folder, write_atomically
+from sessionmem_pipeline.stages.staging import (
+    StagedFiles,
+    read_results,
+    staged_files,
+    staging_folder,
+    write_atomically,
+)
 from sessionmem_pipeline.warehouse import NothingIndexedYet, Snapshot, open_reader
 
 UNIT = "partition_key"
@@ -270,6 +277,32 @@ class StagedParses:
 
     def remove_consumed(self, partition_keys: Sequence[str] | None) -> None:
         self.files.remove_consumed(partition_keys)
+
+
+def staged_sessions(settings: Settings, partition_keys: Sequence[str] | None) -> dict[str, ParsedSession]:
+    """The sessions of the staged parses of these partitions (all when None) under the current ingest key, the
+    newest parse of each partition, for compute to build the later stages from before the writer ingests them.
+    Which bytes the commit will read is not known here: a parse it does not take leaves results under another
+    ingest fingerprint, which the commit never takes."""
+    key = stage_key(INGEST, settings, Providers(settings))
+    wanted = set(partition_keys) if partition_keys is not None else None
+    files = []
+    for path in staged_files(settings, INGEST):
+        try:
+            files.append((path.stat().st_mtime_ns, pq.read_table(path, columns=[UNIT, "stage_key", "parse"])))
+        except OSError:  # the writer's ingest consumed it meanwhile
+            continue
+    newest: dict[str, dict[str, Any]] = {}
+    for _, table in sorted(files, key=lambda found: found[0]):
+        for row in table.to_pylist():
+            if row["stage_key"] == key and (wanted is None or row[UNIT] in wanted):
+                newest[row[UNIT]] = row
+    sessions: dict[str, ParsedSession] = {}
+    for row in newest.values():
+        parsed = _decoded(json.loads(row["parse"])).parsed
+        for session in parsed.sessions if parsed is not None else []:
+            sessions[session.session_id] = session
+    return sessions
 
 
 def read_parses(settings: Settings, key: str) -> StagedParses:

@@ -1,10 +1,12 @@
 """Every per-session stage split in two: compute outside the writer, in parallel; commit by the one writer.
 
 Compute (`compute_sessions`: any process on any machine that reaches the staging folder) opens only the published
-reader snapshot, never the live DuckDB file another process may be writing. For the sessions of its partitions
-whose messages the snapshot holds, it runs what the stages would run (collapse, chunk with topics, embed,
-summarize), starting from the snapshot's messages and from whatever output the snapshot already holds up to date,
-and leaves one Parquet file per stage in the staging folder: each session's result under the input fingerprint and
+reader snapshot, never the live DuckDB file another process may be writing. For the sessions of its partitions it
+runs what the stages would run (collapse, chunk with topics, embed, summarize), starting from the snapshot's
+messages and from whatever output the snapshot already holds up to date, or, for a session whose file a compute
+step parsed and the snapshot does not hold as parsed, from that staged parse (its messages as ingest will store
+them, under the ingest fingerprint ingest will record), so it need not wait for the writer to ingest; and leaves
+one Parquet file per stage in the staging folder: each session's result under the input fingerprint and
 stage key it was built from (the fingerprints chain: a stage's input is md5(upstream input || upstream key)), and
 vectors by text. The stages themselves (stages/pipeline.py, the same functions `sessionmem index` runs in process)
 are the commit: for each stale session they take the staged result built from exactly the input they are about to
@@ -32,8 +34,10 @@ import pyarrow.parquet as pq
 
 from sessionmem_pipeline.config import Settings
 from sessionmem_pipeline.core.llm_protocol import requests_at_once
+from sessionmem_pipeline.core.models import Message, ParsedSession
 from sessionmem_pipeline.core.summarize import messages_after, summary_is_due
 from sessionmem_pipeline.providers.embedders import Embedder, EmbeddingOutcome, vectors_or_raise
+from sessionmem_pipeline.stages.ingest import session_fingerprint
 from sessionmem_pipeline.stages.provider_batches import batch_api_on, chat_batch_api_on
 from sessionmem_pipeline.stages.registry import (
     CHUNK,
@@ -48,7 +52,15 @@ from sessionmem_pipeline.stages.registry import (
 )
 from sessionmem_pipeline.stages.summaries import SessionResult, embed_results, latest_summary, summarize_session
 from sessionmem_pipeline.stages.transform import chunk_session_rows, chunking_options, collapsed_rows
-from sessionmem_pipeline.warehouse import DATABASE, NothingIndexedYet, Snapshot, collapsed_from_row, open_reader
+from sessionmem_pipeline.warehouse import (
+    DATABASE,
+    NothingIndexedYet,
+    Snapshot,
+    collapsed_from_row,
+    empty_reader,
+    open_reader,
+    stored_message,
+)
 
 _VECTOR_SCHEMA = pa.schema(
     [
@@ -105,21 +117,28 @@ def compute_sessions(
     *,
     summarize: str = SUMMARIZE_NOW,
     now: datetime | None = None,
+    parsed: Mapping[str, ParsedSession] | None = None,
 ) -> ComputeOutcome:
     """Every stage's results for these partitions' sessions (all sessions when None) that the published snapshot
-    does not hold up to date, written to new staging files (none when there is nothing to do). Sessions are
-    computed `llm.max_in_flight` at a time when a chat model is configured (its requests are latency-bound), and
-    the chunk texts of those done are embedded while the next are computed (`_Embedding`)."""
+    does not hold up to date, written to new staging files (none when there is nothing to do). `parsed`: the
+    sessions of these partitions' staged parses (`ingest_staging.staged_sessions`), computed from the parse
+    wherever the snapshot does not hold it, also before anything was published. Sessions are computed
+    `llm.max_in_flight` at a time when a chat model is configured (its requests are latency-bound), and the chunk
+    texts of those done are embedded while the next are computed (`_Embedding`)."""
+    parsed = parsed or {}
     try:
         conn = open_reader(settings.warehouse, extensions=False)  # reads plain tables only
     except NothingIndexedYet:
-        return ComputeOutcome()
+        if not parsed:
+            return ComputeOutcome()
+        conn = empty_reader(extensions=False)  # no caches, no earlier summaries: every parsed session is new
     try:
         snapshot = Snapshot(conn)
         if partition_keys is None:
             sessions = [row["session_id"] for row in snapshot.query("SELECT session_id FROM sessions")]
         else:
             sessions = snapshot.sessions_of_partitions(partition_keys)
+        sessions += [session_id for session_id in parsed if session_id not in set(sessions)]
         state = _stage_state(snapshot, sessions)
         run = _Compute(settings, providers, stage_keys(settings, providers), summarize, now or datetime.now(UTC))
         in_flight = requests_at_once(providers.llm) if providers.llm is not None else 1
@@ -127,7 +146,9 @@ def compute_sessions(
         embedding = _Embedding(_thread_snapshot(conn), embedder)
         with ThreadPoolExecutor(in_flight, thread_name_prefix="compute") as pool, embedding:
             done: dict[str, _SessionWork] = {}
-            work = pool.map(lambda s: run.session(_thread_snapshot(conn), s, state.get(s, {})), sessions)
+            work = pool.map(
+                lambda s: run.session(_thread_snapshot(conn), s, state.get(s, {}), parsed.get(s)), sessions
+            )
             for session_id, session_work in zip(sessions, work, strict=True):
                 done[session_id] = session_work
                 embedding.add(session_work.texts)
@@ -164,14 +185,39 @@ class _Compute:
     summarize: str
     now: datetime
 
-    def session(self, snapshot: Snapshot, session_id: str, state: Mapping[str, tuple[str, str]]) -> _SessionWork:
-        """What the stages would build for this session from the snapshot, those whose output the snapshot does
-        not already hold up to date (nothing while its ingest is out of date: the stages wait for it)."""
-        work = _SessionWork()
+    def session(
+        self,
+        snapshot: Snapshot,
+        session_id: str,
+        state: Mapping[str, tuple[str, str]],
+        parsed: ParsedSession | None,
+    ) -> _SessionWork:
+        """What the stages would build for this session, those whose output the snapshot does not already hold up
+        to date: from its staged parse when the snapshot does not hold that parse (every stage: its rows there
+        are of another input), else from the snapshot (nothing while its ingest is out of date there and no parse
+        was staged: the stages wait for it)."""
+        key = self.keys[INGEST.name]
+        if parsed is not None and state.get(INGEST.name) != (fingerprint := session_fingerprint(parsed), key):
+            messages = [stored_message(m, parsed.project or "", parsed.cwd) for m in parsed.messages]
+            return self._build(snapshot, _session_as_stored(parsed, messages), (fingerprint, key), {}, messages)
         ingest = state.get(INGEST.name)
         session = snapshot.session_row(session_id)
-        if ingest is None or ingest[1] != self.keys[INGEST.name] or session is None:
-            return work
+        if ingest is None or ingest[1] != key or session is None:
+            return _SessionWork()
+        return self._build(snapshot, session, ingest, state, None)
+
+    def _build(
+        self,
+        snapshot: Snapshot,
+        session: Mapping[str, Any],
+        ingest: tuple[str, str],
+        state: Mapping[str, tuple[str, str]],
+        messages: Sequence[Message] | None,
+    ) -> _SessionWork:
+        """The stages after ingest from its fingerprint and key, skipping those `state` records as built from the
+        same input; `messages`: the session's messages when not the snapshot's."""
+        work = _SessionWork()
+        session_id = session["session_id"]
         fps = {COLLAPSE.name: downstream_input(*ingest)}
         fps[CHUNK.name] = fps[SUMMARIZE.name] = downstream_input(fps[COLLAPSE.name], self.keys[COLLAPSE.name])
         fps[EMBED.name] = downstream_input(fps[CHUNK.name], self.keys[CHUNK.name])
@@ -179,7 +225,7 @@ class _Compute:
         if COLLAPSE.name in built:
             collapsed = snapshot.load_collapsed(session_id)
         else:
-            rows = collapsed_rows(snapshot.load_messages(session_id))
+            rows = collapsed_rows(snapshot.load_messages(session_id) if messages is None else messages)
             work.results[COLLAPSE.name] = (fps[COLLAPSE.name], {"rows": rows})
             collapsed = [collapsed_from_row(row) for row in rows]
         if CHUNK.name not in built:
@@ -215,6 +261,18 @@ class _Compute:
             idle_minutes=self.settings["summaries.idle_minutes"],
             message_threshold=self.settings["summaries.message_threshold"],
         )
+
+def _session_as_stored(parsed: ParsedSession, messages: Sequence[Message]) -> dict[str, Any]:
+    """The columns of its `sessions` row that compute reads, as ingest will write them (the start and end are
+    `Warehouse.refresh_session_aggregates`' min and max message time)."""
+    times = [m.timestamp for m in messages if m.timestamp is not None]
+    return {
+        "session_id": parsed.session_id,
+        "project": parsed.project,
+        "started_at": min(times) if times else None,
+        "ended_at": max(times) if times else None,
+    }
+
 
 def _write_outcome(
     settings: Settings,
@@ -354,7 +412,8 @@ class StagedFiles:
                 path.unlink(missing_ok=True)
 
 
-def _files(settings: Settings, stage: Stage) -> list[Path]:
+def staged_files(settings: Settings, stage: Stage) -> list[Path]:
+    """The complete staging files of a stage (one being written has a hidden name until it is whole)."""
     folder = staging_folder(settings, stage)
     return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
 
@@ -363,7 +422,7 @@ def read_results(settings: Settings, stage: Stage, stage_key: str, unit: str = "
     """Every complete staging file of a stage's results per `unit` (a session; ingest's: a file's partition key),
     those built under `stage_key` (the same version, configuration and models as the commit's)."""
     staged = StagedFiles()
-    for path in _files(settings, stage):
+    for path in staged_files(settings, stage):
         rows = pq.read_table(path).to_pylist()
         staged.sessions_of_file[path] = {row[unit] for row in rows}
         for row in rows:
@@ -375,7 +434,7 @@ def read_results(settings: Settings, stage: Stage, stage_key: str, unit: str = "
 def read_vectors(settings: Settings, model_id: str) -> StagedFiles:
     """Every complete staging file of vectors of `model_id` (files of another model are left alone)."""
     staged = StagedFiles()
-    for path in _files(settings, EMBED):
+    for path in staged_files(settings, EMBED):
         table = pq.read_table(path, schema=_VECTOR_SCHEMA).to_pylist()
         if any(row["model"] != model_id for row in table):
             continue
