@@ -45,7 +45,7 @@ from sessionmem_pipeline.stages.registry import (
     InjectedFault,
     Providers,
 )
-from sessionmem_pipeline.stages.run import index_sources
+from sessionmem_pipeline.stages.run import forget, index_sources
 from sessionmem_pipeline.stages import staging
 from sessionmem_pipeline.stages.staging import compute_sessions, staging_folder
 from sessionmem_pipeline.warehouse import Warehouse
@@ -153,6 +153,25 @@ def test_compute_builds_a_grown_session_from_its_staged_parse_before_the_writer_
     assert set(staged_run.computed_in_commit.values()) == {0}  # ingest, and every stage after it, from staging
     assert staged_files(staged) == []
     assert warehouse_tables(staged.warehouse) == warehouse_tables(built["serial"].warehouse)
+
+
+def test_compute_leaves_out_a_forgotten_session_of_a_staged_parse(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    settings = load_settings(write_config(tmp_path, sources, openai_server), env={})
+    index_sources(settings)
+    claude = next((sources / "claude").rglob("*.jsonl"))
+    [session_id] = forget(settings, session_id=claude.stem)
+    claude.write_text(claude.read_text(encoding="utf-8").replace("gift card", "giftcard"), encoding="utf-8")
+    [key] = [f.partition_key for f in discover(settings.sources) if f.path == str(claude)]
+    assert compute_parses(settings, [key]).files == 1
+    assert session_id in staged_sessions(settings, [key])
+    before = len(openai_server.requests_to(EMBEDDINGS))
+
+    outcome = compute_sessions(settings, [key], Providers(settings), parsed=staged_sessions(settings, [key]))
+
+    assert outcome.computed == {} and outcome.paths == []  # nothing of its words staged, nor sent to the provider
+    assert len(openai_server.requests_to(EMBEDDINGS)) == before
 
 
 def test_compute_reads_the_published_snapshot_while_a_writer_holds_the_live_file(
