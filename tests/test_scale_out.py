@@ -124,35 +124,73 @@ def test_parallel_compute_steps_then_one_commit_build_the_same_warehouse_as_a_se
         assert parallel[table] == serial[table], table
 
 
-def test_compute_builds_a_grown_session_from_its_staged_parse_before_the_writer_ingests_it(
+def test_compute_builds_a_new_session_from_its_staged_parse_and_waits_for_the_ingest_of_a_grown_one(
     tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
 ) -> None:
     built = twin_settings(tmp_path, sources, openai_server)
     for settings in built.values():
         index_sources(settings)
     claude = next((sources / "claude").rglob("*.jsonl"))
-    last = json.loads(claude.read_text(encoding="utf-8").splitlines()[-1])
+    text = claude.read_text(encoding="utf-8")
+    newcomer = claude.with_name("0b5e7a9c-1111-4222-8333-944455556666.jsonl")  # a new session of the same project
+    newcomer.write_text(text.replace(claude.stem, newcomer.stem).replace("gift card", "voucher"), encoding="utf-8")
+    last = json.loads(text.splitlines()[-1])
     reply = {**last, "uuid": "5d1e0c3a-0000-4000-8000-000000000001", "parentUuid": last["uuid"],
              "message": {**last["message"], "id": "msg_appended", "content": [
                  {"type": "text", "text": "Follow-up: the gift card refund job now retries twice before paging."}]}}
     with claude.open("a", encoding="utf-8") as handle:  # one more assistant message: the file grew
         handle.write(json.dumps(reply) + "\n")
     staged = built["staged"]
-    [key] = [f.partition_key for f in discover(staged.sources) if f.path == str(claude)]
+    keys = [f.partition_key for f in discover(staged.sources) if f.path in (str(claude), str(newcomer))]
 
-    assert compute_parses(staged, [key]).files == 1
-    parsed = staged_sessions(staged, [key])
-    outcome = compute_sessions(staged, [key], Providers(staged), parsed=parsed)  # the snapshot is as before
+    assert compute_parses(staged, keys).files == 2
+    outcome = compute_sessions(staged, keys, Providers(staged), parsed=staged_sessions(staged, keys))
 
-    assert set(outcome.computed) == {COLLAPSE.name, CHUNK.name, EMBED.name, SUMMARIZE.name}
-    [chunked] = [path for path in outcome.paths if path.parent.name == CHUNK.name]
-    chunk_rows = pq.read_table(chunked).to_pylist()[0]["rows"]
-    assert 0 < outcome.computed[EMBED.name] < len(chunk_rows)  # the earlier chunks' vectors are the snapshot's
+    # the new session from its parse (the snapshot holds none of it); the grown one waits for its ingest: ingest
+    # keeps its stored messages, which its parse alone cannot tell
+    assert outcome.sessions == 1 and outcome.computed[COLLAPSE.name] == outcome.computed[CHUNK.name] == 1
     staged_run = index_sources(staged)
     index_sources(built["serial"])
-    assert set(staged_run.computed_in_commit.values()) == {0}  # ingest, and every stage after it, from staging
+    assert staged_run.computed_in_commit[INGEST.name] == 0
+    assert staged_run.computed_in_commit[COLLAPSE.name] == staged_run.computed_in_commit[CHUNK.name] == 1  # the grown
     assert staged_files(staged) == []
     assert warehouse_tables(staged.warehouse) == warehouse_tables(built["serial"].warehouse)
+
+
+def test_compute_leaves_out_a_session_opted_out_after_its_parse_was_staged(
+    tmp_path: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    sample = next((SAMPLES / "claude").rglob("*.jsonl"))
+    target = tmp_path / "sources" / "claude" / sample.parent.name / sample.name
+    target.parent.mkdir(parents=True)
+    target.write_text(sample.read_text(encoding="utf-8").replace("/home/dev/webshop", str(project)), encoding="utf-8")
+    settings = load_settings(write_config(tmp_path, tmp_path / "sources", openai_server), env={})
+    keys = [f.partition_key for f in discover(settings.sources)]
+    assert compute_parses(settings, keys).files == 1
+    (project / ".sessionmem-ignore").write_text("", encoding="utf-8")  # the person opts the project out
+
+    assert staged_sessions(settings, keys) == {}
+    assert compute_sessions(settings, keys, Providers(settings), parsed=staged_sessions(settings, keys)).paths == []
+    assert openai_server.requests_to(EMBEDDINGS) == []  # none of its words went to the provider
+
+
+def test_one_run_with_the_writers_ingest_first_still_commits_what_compute_staged(
+    tmp_path: Path, sources: Path, openai_server: OpenAICompatibleServer
+) -> None:
+    config = write_config(tmp_path, sources, openai_server)
+    keys = sorted(f.partition_key for f in discover(load_settings(config, env={}).sources))
+
+    # in process, Dagster runs raw_messages before staged_results: it consumes the parses and publishes at once
+    run = materialize([staged_parses, raw_messages, staged_results, *COMMITS], config, keys)
+
+    events = run.get_asset_materialization_events()
+    computed = next(e.materialization.metadata for e in events if e.asset_key == staged_results.key)
+    assert computed["sessions"].value > 0  # from the published snapshot: the parses were consumed
+    for event in events:
+        if "computed_in_commit" in event.materialization.metadata:
+            assert event.materialization.metadata["computed_in_commit"].value == 0, event.asset_key
 
 
 def test_compute_leaves_out_a_forgotten_session_of_a_staged_parse(

@@ -68,11 +68,12 @@ def _stage_context(
     sessionmem: SessionmemResource,
     *,
     partitioned: bool = True,
+    publish: bool = False,
 ) -> Iterator[tuple[StageContext, IndexReport]]:
     """The warehouse under the writer lock, a stage context scoped to the run's partitions, and a report whose
     counts go into the run's row in `runs`. The snapshot is published at the end by the run's last writer asset
     (`search_index` when the run has it), so search sees any materialization with no other click and a run copies
-    the file once."""
+    the file once, and always when `publish` (a compute step of the run may read the snapshot)."""
     settings = sessionmem.settings()
     report = IndexReport(run_id=context.run.run_id)
     started = time.perf_counter()
@@ -100,7 +101,7 @@ def _stage_context(
             generation, outgrown = wh.finish(measure=report.indexed)
         if outgrown:
             rebuild_file(settings.warehouse)
-        if not _writer_follows(context):
+        if publish or not _writer_follows(context):
             publish_if_stale(settings.warehouse, generation)
 
 
@@ -173,8 +174,9 @@ def staged_parses(context: dg.AssetExecutionContext, sessionmem: SessionmemResou
 @session_asset(deps=[staged_parses], group_name="sessions")
 def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Canonical messages of each session file: validated, privacy exclusions applied, redacted, quarantined when
-    unusable, only new lines when grown; a vanished file's sessions stay, marked source-missing."""
-    with _stage_context(context, sessionmem) as (ctx, report):
+    unusable, only new lines when grown; a vanished file's sessions stay, marked source-missing (published at once:
+    a compute step that starts after it finds the parses consumed and works from the snapshot)."""
+    with _stage_context(context, sessionmem, publish=True) as (ctx, report):
         scan = scan_sources(ctx.settings.sources, rules=privacy_rules(ctx.settings))
         wanted = set(context.partition_keys)
         scan.files = [f for f in scan.files if f.partition_key in wanted]
@@ -204,8 +206,8 @@ def raw_messages(context: dg.AssetExecutionContext, sessionmem: SessionmemResour
 def staged_results(context: dg.AssetExecutionContext, sessionmem: SessionmemResource) -> dg.MaterializeResult:
     """Each per-session stage's results (collapsed messages, chunks with topics, vectors, summaries) that the
     published snapshot lacks, computed outside the writer (never opens the live file, so many run at once) into
-    the staging folder (`staging.path`) for the writer's assets to commit: from the staged parses where the
-    snapshot does not hold them yet, so it runs beside the writer's `raw_messages`, not after it."""
+    the staging folder (`staging.path`) for the writer's assets to commit: new sessions from their staged
+    parses, so it may run beside the writer's `raw_messages`, not after it."""
     settings = sessionmem.settings()
     summarize = SUMMARIZE_DUE if SENSOR_RUN_TAG in context.run.tags else SUMMARIZE_NOW
     keys = list(context.partition_keys)

@@ -281,15 +281,16 @@ class StagedParses:
 
 def staged_sessions(settings: Settings, partition_keys: Sequence[str] | None) -> dict[str, ParsedSession]:
     """The sessions of the staged parses of these partitions (all when None) under the current ingest key, the
-    newest parse of each partition, for compute to build the later stages from before the writer ingests them.
-    Which bytes the commit will read is not known here: a parse it does not take leaves results under another
-    ingest fingerprint, which the commit never takes."""
+    newest parse of each partition whose files beside it are as they were (an opt-out made since keeps its
+    sessions out here too), for compute to build new sessions from before the writer ingests them. Which bytes
+    the commit will read is not known here: a parse it does not take leaves results under another ingest
+    fingerprint, which the commit never takes."""
     key = stage_key(INGEST, settings, Providers(settings))
     wanted = set(partition_keys) if partition_keys is not None else None
     files = []
     for path in staged_files(settings, INGEST):
         try:
-            files.append((path.stat().st_mtime_ns, pq.read_table(path, columns=[UNIT, "stage_key", "parse"])))
+            files.append((path.stat().st_mtime_ns, pq.read_table(path, columns=[UNIT, "stage_key", "beside", "parse"])))
         except OSError:  # the writer's ingest consumed it meanwhile
             continue
     newest: dict[str, dict[str, Any]] = {}
@@ -299,6 +300,8 @@ def staged_sessions(settings: Settings, partition_keys: Sequence[str] | None) ->
                 newest[row[UNIT]] = row
     sessions: dict[str, ParsedSession] = {}
     for row in newest.values():
+        if not _still_so(json.loads(row["beside"])):
+            continue
         parsed = _decoded(json.loads(row["parse"])).parsed
         for session in parsed.sessions if parsed is not None else []:
             sessions[session.session_id] = session

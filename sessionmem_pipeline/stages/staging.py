@@ -3,9 +3,9 @@
 Compute (`compute_sessions`: any process on any machine that reaches the staging folder) opens only the published
 reader snapshot, never the live DuckDB file another process may be writing. For the sessions of its partitions it
 runs what the stages would run (collapse, chunk with topics, embed, summarize), starting from the snapshot's
-messages and from whatever output the snapshot already holds up to date, or, for a session whose file a compute
-step parsed and the snapshot does not hold as parsed, from that staged parse (its messages as ingest will store
-them, under the ingest fingerprint ingest will record), so it need not wait for the writer to ingest; and leaves
+messages and from whatever output the snapshot already holds up to date, or, for a new session a compute step
+parsed, from that staged parse (its messages as ingest will store them, under the ingest fingerprint ingest will
+record), so new sessions need not wait for the writer to ingest them; and leaves
 one Parquet file per stage in the staging folder: each session's result under the input fingerprint and
 stage key it was built from (the fingerprints chain: a stage's input is md5(upstream input || upstream key)), and
 vectors by text. The stages themselves (stages/pipeline.py, the same functions `sessionmem index` runs in process)
@@ -122,8 +122,8 @@ def compute_sessions(
 ) -> ComputeOutcome:
     """Every stage's results for these partitions' sessions (all sessions when None) that the published snapshot
     does not hold up to date, written to new staging files (none when there is nothing to do). `parsed`: the
-    sessions of these partitions' staged parses (`ingest_staging.staged_sessions`), computed from the parse
-    wherever the snapshot does not hold it, also before anything was published. Sessions are computed
+    sessions of these partitions' staged parses (`ingest_staging.staged_sessions`): those the snapshot holds
+    nothing of are computed from the parse, also before anything was published. Sessions are computed
     `llm.max_in_flight` at a time when a chat model is configured (its requests are latency-bound), and the chunk
     texts of those done are embedded while the next are computed (`_Embedding`)."""
     parsed = parsed or {}
@@ -196,15 +196,16 @@ class _Compute:
         parsed: ParsedSession | None,
     ) -> _SessionWork:
         """What the stages would build for this session, those whose output the snapshot does not already hold up
-        to date: from its staged parse when the snapshot does not hold that parse (every stage: its rows there
-        are of another input), else from the snapshot (nothing while its ingest is out of date there and no parse
-        was staged: the stages wait for it)."""
+        to date: a new session (the snapshot holds none of it) from its staged parse, whose messages ingest will
+        store as they are; any other from the snapshot (nothing while its ingest is out of date there: the stages
+        wait for it; ingest keeps a grown session's stored messages, which its parse alone cannot tell)."""
         key = self.keys[INGEST.name]
-        if parsed is not None and state.get(INGEST.name) != (fingerprint := session_fingerprint(parsed), key):
-            messages = [stored_message(m, parsed.project or "", parsed.cwd) for m in parsed.messages]
-            return self._build(snapshot, _session_as_stored(parsed, messages), (fingerprint, key), {}, messages)
-        ingest = state.get(INGEST.name)
         session = snapshot.session_row(session_id)
+        if parsed is not None and session is None:
+            messages = [stored_message(m, parsed.project or "", parsed.cwd) for m in parsed.messages]
+            ingest = (session_fingerprint(parsed), key)
+            return self._build(snapshot, _session_as_stored(parsed, messages), ingest, {}, messages)
+        ingest = state.get(INGEST.name)
         if ingest is None or ingest[1] != key or session is None:
             return _SessionWork()
         return self._build(snapshot, session, ingest, state, None)
