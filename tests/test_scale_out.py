@@ -41,7 +41,6 @@ from sessionmem_pipeline.stages.registry import (
     EMBED,
     FAULT_VARIABLE,
     INGEST,
-    SUMMARIZE,
     InjectedFault,
     Providers,
 )
