@@ -769,19 +769,6 @@ class _Queries:
     def indexed_paths(self) -> list[dict[str, Any]]:
         return self.query("SELECT path, partition_key, session_ids FROM source_files")
 
-    def session_owners(self, session_ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
-        """Of these sessions, those already stored: the file each was last read from, and that file's mtime
-        (None when the file is gone)."""
-        if not session_ids:
-            return {}
-        rows = self.conn.execute(
-            """SELECT s.session_id, s.source_path, CASE WHEN f.status = 'indexed' THEN f.mtime_ns END
-               FROM sessions s LEFT JOIN source_files f ON f.path = s.source_path
-               WHERE s.session_id IN (SELECT unnest(?))""",
-            [list(session_ids)],
-        ).fetchall()
-        return {session_id: (path, mtime_ns) for session_id, path, mtime_ns in rows}
-
     def forgotten_ids(self) -> set[str]:
         return {r[0] for r in self.conn.execute("SELECT session_id FROM forgotten").fetchall()}
 
@@ -1567,6 +1554,19 @@ class Warehouse(_Queries):
         self.delete_where("quarantine", "path", [path])
         self.bump_generation()
         return session_ids
+
+    def session_owners(self, session_ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
+        """Of these sessions, those already stored: the file each was last read from, and that file's mtime
+        (None when the file is gone)."""
+        if not session_ids:
+            return {}
+        rows = self.conn.execute(
+            """SELECT s.session_id, s.source_path, CASE WHEN f.status = 'indexed' THEN f.mtime_ns END
+               FROM sessions s LEFT JOIN source_files f ON f.path = s.source_path
+               WHERE s.session_id IN (SELECT unnest(?))""",
+            [list(session_ids)],
+        ).fetchall()
+        return {session_id: (path, mtime_ns) for session_id, path, mtime_ns in rows}
 
     def release_sessions(self, path: str, session_ids: Sequence[str]) -> None:
         """Other files than `path` no longer hold these sessions (`path` took them over)."""

@@ -158,7 +158,7 @@ def ingest_file(
     forgotten = wh.forgotten_ids()
     sessions = [s for s in parsed.sessions if s.session_id not in forgotten]
     owners = wh.session_owners([s.session_id for s in sessions])
-    sessions = not_claimed_by_newer_files(owners, sessions, source.path, current)
+    sessions = _not_claimed_by_newer_files(owners, sessions, source.path, current)
     parsed = dataclasses.replace(parsed, sessions=sessions)
     stored_ids = list(row["session_ids"] or []) if row and previous else []
     outcome.excluded_removed = len({sid for sid, _ in excluded} & set(stored_ids))
@@ -204,7 +204,7 @@ def ingest_file(
     return outcome
 
 
-def not_claimed_by_newer_files(
+def _not_claimed_by_newer_files(
     owners: dict[str, tuple[str, int | None]],
     sessions: Sequence[ParsedSession],
     path: str,

@@ -37,8 +37,7 @@ from sessionmem_pipeline.core.llm_protocol import requests_at_once
 from sessionmem_pipeline.core.models import Message, ParsedSession
 from sessionmem_pipeline.core.summarize import messages_after, summary_is_due
 from sessionmem_pipeline.providers.embedders import Embedder, EmbeddingOutcome, vectors_or_raise
-from sessionmem_pipeline.stages.discover import file_stat
-from sessionmem_pipeline.stages.ingest import not_claimed_by_newer_files, session_fingerprint
+from sessionmem_pipeline.stages.ingest import session_fingerprint
 from sessionmem_pipeline.stages.provider_batches import batch_api_on, chat_batch_api_on
 from sessionmem_pipeline.stages.registry import (
     CHUNK,
@@ -139,7 +138,7 @@ def compute_sessions(
             sessions = [row["session_id"] for row in snapshot.query("SELECT session_id FROM sessions")]
         else:
             sessions = snapshot.sessions_of_partitions(partition_keys)
-        parsed = _to_be_stored(snapshot, parsed)
+        parsed = _not_forgotten(snapshot, parsed)
         known = set(sessions)
         sessions += [session_id for session_id in parsed if session_id not in known]
         state = _stage_state(snapshot, sessions)
@@ -267,20 +266,11 @@ class _Compute:
         )
 
 
-def _to_be_stored(snapshot: Snapshot, parsed: Mapping[str, ParsedSession]) -> dict[str, ParsedSession]:
-    """The parsed sessions ingest will store as the snapshot stands: not those forgotten (their words must not
-    reach a provider again) nor those a newer file holds (`ingest.not_claimed_by_newer_files`)."""
+def _not_forgotten(snapshot: Snapshot, parsed: Mapping[str, ParsedSession]) -> dict[str, ParsedSession]:
+    """The parsed sessions not forgotten as the snapshot stands: a forgotten session's file may still be there, and
+    its words must not reach a provider again (one a newer file holds is in the snapshot: not built from a parse)."""
     forgotten = snapshot.forgotten_ids()
-    owners = snapshot.session_owners(list(parsed))
-    by_file: dict[str, list[ParsedSession]] = {}
-    for session in parsed.values():
-        if session.session_id not in forgotten:
-            by_file.setdefault(session.source_path, []).append(session)
-    return {
-        session.session_id: session
-        for path, sessions in by_file.items()
-        for session in not_claimed_by_newer_files(owners, sessions, path, file_stat(path))
-    }
+    return {session_id: session for session_id, session in parsed.items() if session_id not in forgotten}
 
 
 def _session_as_stored(parsed: ParsedSession, messages: Sequence[Message]) -> dict[str, Any]:
