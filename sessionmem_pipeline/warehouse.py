@@ -889,12 +889,13 @@ class _Queries:
     def delete_stale_embeddings(self, session_ids: Sequence[str]) -> int:
         """Vectors of chunks that no longer exist as they were (re-chunked or rewritten sessions)."""
         return self.delete_vectors(
-            """e.session_id IN (SELECT unnest(?)) AND NOT EXISTS (
-                   SELECT 1 FROM chunks c WHERE c.chunk_id = e.chunk_id AND c.context_hash = e.text_hash)""",
-            [list(session_ids)],
+            """e.session_id IN (SELECT unnest($ids)) AND NOT EXISTS (  -- these sessions' chunks: not a scan of all
+                   SELECT 1 FROM chunks c WHERE c.session_id IN (SELECT unnest($ids))
+                   AND c.chunk_id = e.chunk_id AND c.context_hash = e.text_hash)""",
+            {"ids": list(session_ids)},
         )
 
-    def delete_vectors(self, where: str, params: Sequence[Any], *, purge: bool = False) -> int:
+    def delete_vectors(self, where: str, params: Sequence[Any] | Mapping[str, Any], *, purge: bool = False) -> int:
         """Chunk vectors matching `where` (alias e), from the delta and the indexed base (call inside a
         transaction). A row deleted from the HNSW-indexed base makes the next checkpoint write the whole index
         again and leak the old copy's blocks (vss 1.5.5), so a base vector is only unlinked (its chunk id set to
@@ -1103,11 +1104,11 @@ class Warehouse(_Queries):
                        count(*) AS message_count,
                        list(DISTINCT coalesce(speaker, role) ORDER BY coalesce(speaker, role))
                            FILTER (WHERE kind = 'message' AND role IN ('user', 'assistant')) AS speakers
-                FROM messages WHERE session_id IN (SELECT unnest(?)) GROUP BY session_id
+                FROM messages WHERE session_id IN (SELECT unnest($ids)) GROUP BY session_id
             ) AS agg
-            WHERE sessions.session_id = agg.session_id
-            """,
-            [list(session_ids)],
+            WHERE sessions.session_id = agg.session_id AND sessions.session_id IN (SELECT unnest($ids))
+            """,  # the second filter: the sessions scan skips the others' columns (UPDATE of a list re-inserts rows)
+            {"ids": list(session_ids)},
         )
 
     # -- generic row movement --
@@ -1284,7 +1285,8 @@ class Warehouse(_Queries):
             f"""INSERT INTO kw_docs
                 SELECT $corpus, {content_key('$corpus', 'doc_id', 'doc_hash')}, doc_id, session_id, NULL, doc_hash FROM {documents} x
                 WHERE NOT EXISTS (
-                    SELECT 1 FROM kw_docs d WHERE d.corpus = $corpus AND d.doc_id = x.doc_id AND d.doc_hash = x.doc_hash)""",
+                    SELECT 1 FROM kw_docs d WHERE d.corpus = $corpus AND {docs_scope}
+                        AND d.doc_id = x.doc_id AND d.doc_hash = x.doc_hash)""",
             params,
         ).fetchone()[0]
         if added:
