@@ -43,6 +43,15 @@ RECORDED = ("project", "started_at", "summary_id", "summary_version", "embedded"
 """What a session's links are made from, as `thread_inputs` records it: its project, start and latest summary (a
 summary version is never rewritten, only its vector filled in once), whose topics and files are recorded with it."""
 
+CANDIDATES = """
+    SELECT coalesce(s.session_id, t.session_id)
+    FROM (FROM sessions WHERE parent_session_id IS NULL) s FULL JOIN thread_inputs t USING (session_id)
+    WHERE (coalesce(s.project, ''), s.started_at, s.summary_version) IS DISTINCT FROM
+          (t.project, t.started_at, t.summary_version) OR NOT t.embedded"""
+"""The sessions whose thread input may differ from the recorded one, from the sessions' own columns: a summary
+version is never rewritten, only its vector filled in once (`embedded`), so a session outside these has the input
+it was linked from (reading every latest summary to compare was most of a small change's cost at 10,000 sessions)."""
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REACH = timedelta(days=MAX_GAP_DAYS + 1)
 """Sessions whose starts are further apart cannot link (the stage's inputs have no end, so the gap is the
@@ -117,8 +126,10 @@ def _changed_sessions(wh: Warehouse) -> dict[str, set[str]]:
     """Per project, the sessions whose input differs from the one their stored links were made from (new, changed,
     gone, or moved: then in both projects)."""
     rows = wh.conn.execute(
-        f"""SELECT coalesce(now.session_id, t.session_id), now.project, t.project
-            FROM ({NOW}) now FULL JOIN thread_inputs t USING (session_id)
+        f"""WITH candidates AS ({CANDIDATES})
+            SELECT coalesce(now.session_id, t.session_id), now.project, t.project
+            FROM ({NOW} AND s.session_id IN (FROM candidates)) now
+            FULL JOIN (FROM thread_inputs WHERE session_id IN (FROM candidates)) t USING (session_id)
             WHERE ({", ".join(f"now.{c}" for c in RECORDED)}) IS DISTINCT FROM
                   ({", ".join(f"t.{c}" for c in RECORDED)})"""
     ).fetchall()
