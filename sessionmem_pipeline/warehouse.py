@@ -62,7 +62,7 @@ def _remember_missing(name: str) -> None:
 _remember_missing("pandas")
 
 DATABASE = "wh"
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -149,6 +149,10 @@ ones sooner than a lookup of those sessions' rows (Warehouse.stale_sessions)."""
 KEYWORD_RESORT_SHARE = 0.1
 """Postings are stored sorted by term, so a query reads only the row groups of its terms (zone maps); rows
 appended since the last sort are read whole, and once they pass this share of all postings the table is re-sorted."""
+KEYWORD_DEAD_SHARE = 0.02
+"""A document whose text changed or went is only marked dead (`kw_dead`: searches skip its postings and take them
+out of their terms' document frequencies); once dead documents pass this share of the live ones, their postings
+are dropped in one pass over the postings."""
 
 
 class WarehouseError(RuntimeError):
@@ -322,6 +326,10 @@ MIGRATIONS: dict[int, list[str]] = {
         # upstream rows recorded since it was last seen up to date (Warehouse.stale_sessions)
         "ALTER TABLE stage_state ADD COLUMN recorded_seq BIGINT DEFAULT 0",
         "DELETE FROM meta WHERE key LIKE 'clean:%'",  # every row at 0: no stage is marked up to date yet
+    ],
+    12: [  # keyword documents whose text changed or went: their postings stay until compact_keyword_index drops
+        # them in one pass (deleting a document's postings at once scanned every posting: 30 ms at 100k chunks)
+        "CREATE TABLE kw_dead (doc_key BIGINT, session_id VARCHAR)",
     ],
 }
 
@@ -851,7 +859,7 @@ class _Queries:
             self.delete_where(table, "session_id", session_ids)
         self.delete_vectors("e.session_id IN (SELECT unnest(?))", [list(session_ids)], purge=purge)
         for corpus in ("chunks", "summaries"):
-            self.sync_keyword_index(corpus, session_ids)
+            self.sync_keyword_index(corpus, session_ids, purge=purge)
 
     def delete_session_caches(self, session_ids: Sequence[str]) -> None:
         """Topic and embedding cache entries made from these sessions' chunks (call before deleting the chunks):
@@ -1244,11 +1252,17 @@ class Warehouse(_Queries):
     # -- keyword index --
 
     def sync_keyword_index(
-        self, corpus: str, session_ids: Sequence[str] | None = None, *, previous_chars: int = PREVIOUS_CHARS
+        self,
+        corpus: str,
+        session_ids: Sequence[str] | None = None,
+        *,
+        purge: bool = False,
+        previous_chars: int = PREVIOUS_CHARS,
     ) -> int:
         """Bring the BM25 terms of these sessions' documents (of every document when None) up to date with their
-        rows: documents whose text changed or that are gone lose their postings, new texts get theirs. Call
-        inside the transaction that changed the rows. Returns how many documents were (re)indexed.
+        rows: documents whose text changed or that are gone are marked dead (`purge`, forgetting: their postings,
+        and those of the sessions' documents marked dead before, are deleted at once), new texts get postings.
+        Call inside the transaction that changed the rows. Returns how many documents were (re)indexed.
         (`previous_chars` other than PREVIOUS_CHARS: only for benchmarks/retrieval.py's tuning grid.)"""
         spec = KEYWORD_CORPORA[corpus]
         scoped = session_ids is not None and spec.scope_column is not None
@@ -1269,18 +1283,12 @@ class Warehouse(_Queries):
         ]
         if gone:
             with self._values(gone) as keys:
-                terms = [row[0] for row in self.conn.execute(  # one pass over the postings, however many there are
-                    f"DELETE FROM kw_postings WHERE doc_key IN (SELECT v FROM {keys}) RETURNING term_id"
-                ).fetchall()]
+                self.conn.execute(f"INSERT INTO kw_dead SELECT doc_key, session_id FROM kw_docs WHERE doc_key IN (SELECT v FROM {keys})")
                 self.conn.execute(f"DELETE FROM kw_docs WHERE doc_key IN (SELECT v FROM {keys})")
-            with self._values(terms) as lost:
-                self.conn.execute(
-                    f"""UPDATE kw_terms SET df = df - g.n FROM (SELECT v, count(*) AS n FROM {lost} GROUP BY v) g
-                        WHERE kw_terms.term_id = g.v"""
-                )
-                self.conn.execute(  # terms no document holds any more, as a build from scratch would not have them
-                    f"DELETE FROM kw_terms WHERE df = 0 AND term_id IN (SELECT v FROM {lost})"
-                )
+        if purge and scoped:
+            self._drop_dead_postings("session_id IN (SELECT unnest($ids))", {"ids": list(session_ids)})
+        elif purge:
+            self._drop_dead_postings()
         added = self.conn.execute(
             f"""INSERT INTO kw_docs
                 SELECT $corpus, {content_key('$corpus', 'doc_id', 'doc_hash')}, doc_id, session_id, NULL, doc_hash FROM {documents} x
@@ -1290,8 +1298,32 @@ class Warehouse(_Queries):
             params,
         ).fetchone()[0]
         if added:
+            self._drop_dead_postings(  # a text back to what a dead document held: the same key, postings anew
+                f"doc_key IN (SELECT doc_key FROM kw_docs d WHERE d.corpus = $corpus AND d.len IS NULL AND {docs_scope})",
+                params)
             self._index_new_documents(corpus, documents, params)
         return added
+
+    def _drop_dead_postings(self, where: str = "TRUE", params: Mapping[str, Any] | None = None) -> int:
+        """Delete the postings of the dead documents `where` keeps (of kw_dead) in one pass over the postings,
+        take them out of their terms' document frequencies, and forget those documents; how many there were."""
+        keys = [row[0] for row in self.conn.execute(f"SELECT DISTINCT doc_key FROM kw_dead WHERE {where}", params or {}).fetchall()]
+        if not keys:
+            return 0
+        with self._values(keys) as dead:
+            terms = [row[0] for row in self.conn.execute(
+                f"DELETE FROM kw_postings WHERE doc_key IN (SELECT v FROM {dead}) RETURNING term_id"
+            ).fetchall()]
+            self.conn.execute(f"DELETE FROM kw_dead WHERE doc_key IN (SELECT v FROM {dead})")
+        with self._values(terms) as lost:
+            self.conn.execute(
+                f"""UPDATE kw_terms SET df = df - g.n FROM (SELECT v, count(*) AS n FROM {lost} GROUP BY v) g
+                    WHERE kw_terms.term_id = g.v"""
+            )
+            self.conn.execute(  # terms no document holds any more, as a build from scratch would not have them
+                f"DELETE FROM kw_terms WHERE df = 0 AND term_id IN (SELECT v FROM {lost})"
+            )
+        return len(keys)
 
     def _index_new_documents(self, corpus: str, documents: str, params: dict[str, Any]) -> None:
         """Terms, document frequencies, postings and lengths of the documents inserted without a length."""
@@ -1344,12 +1376,23 @@ class Warehouse(_Queries):
             self.set_meta("kw_built", "1")
         return True
 
-    def compact_keyword_index(self, *, force: bool = False) -> bool:
-        """Re-sort the postings by term once the rows appended since the last sort pass KEYWORD_RESORT_SHARE."""
+    def compact_keyword_index(self, *, force: bool = False, redaction: str = "") -> bool:
+        """Drop the dead documents' postings once they pass KEYWORD_DEAD_SHARE of the documents, or at once when
+        the redaction rules (`redaction`, their version) changed since they were last dropped: a text redacted
+        again keeps no term of what the old rules let through. Re-sort the postings by term once the rows appended
+        since the last sort pass KEYWORD_RESORT_SHARE. Whether it did either."""
+        dead, documents = self.conn.execute("SELECT (SELECT count(*) FROM kw_dead), (SELECT count(*) FROM kw_docs)").fetchone()
+        new_rules = self.get_meta("kw_dead_dropped_under") != redaction
+        dropped = False
+        if force or new_rules or dead > KEYWORD_DEAD_SHARE * documents:
+            with self.transaction():
+                dropped = bool(self._drop_dead_postings())
+                if new_rules:
+                    self.set_meta("kw_dead_dropped_under", redaction)
         unsorted = int(self.get_meta("kw_unsorted_postings") or 0)
         total = self.scalar("SELECT count(*) FROM kw_postings")
         if not force and unsorted <= KEYWORD_RESORT_SHARE * total:
-            return False
+            return dropped
         with self.transaction():
             self.conn.execute("CREATE TABLE kw_postings_sorted AS SELECT * FROM kw_postings ORDER BY term_id, doc_key")
             self.conn.execute("DROP TABLE kw_postings")
@@ -1856,8 +1899,12 @@ def keyword_search(
         f"SELECT term_id, df FROM kw_terms WHERE corpus = {_sql_literal(corpus)} AND df > 0 "
         f"AND term IN ({sql_string_list(stems)})"
     ).fetchall()
+    dead = _dead_postings(conn, [int(term_id) for term_id, _ in terms])
+    terms = [(term_id, df - dead.get(int(term_id), 0)) for term_id, df in terms]
+    terms = [(term_id, df) for term_id, df in terms if df > 0]
     if not terms:
         return []
+    alive = "AND doc_key NOT IN (SELECT doc_key FROM kw_dead)" if dead is not NO_DEAD else ""
     documents, average = stats or corpus_stats(conn, corpus)
     idf = {int(term_id): math.log((documents - df + 0.5) / (df + 0.5) + 1, 10) for term_id, df in terms}
     common = [int(term_id) for term_id, df in terms if df > COMMON_TERM_SHARE * documents]
@@ -1875,7 +1922,7 @@ def keyword_search(
                                  / (tf + {BM25_K} * (1 - {BM25_B} + {BM25_B} * len / {float(average)!r}::DOUBLE)))::BIGINT
                                ) * {SCORE_UNIT!r}::DOUBLE AS score
             FROM kw_postings JOIN (VALUES {weights}) q(term_id, idf) USING (term_id)
-            WHERE term_id IN ({", ".join(map(str, term_ids))}) {scoped}"""
+            WHERE term_id IN ({", ".join(map(str, term_ids))}) {scoped} {alive}"""
 
     def best(candidates: str = in_scope, reaching: str = "") -> list[tuple[str, str | None, float]]:
         return conn.execute(
@@ -1898,6 +1945,24 @@ def keyword_search(
         if len(found) == limit and found[-1][2] >= bound:
             return found
     return best()
+
+
+NO_DEAD: dict[int, int] = {}
+
+
+def _dead_postings(conn: duckdb.DuckDBPyConnection, term_ids: Sequence[int]) -> dict[int, int]:
+    """Per term, how many dead documents (`kw_dead`, see KEYWORD_DEAD_SHARE) still have a posting of it: what
+    its stored document frequency counts beyond the live documents. NO_DEAD when there are none (or no such table:
+    a snapshot from before migration 12)."""
+    try:
+        if not conn.execute("SELECT count(*) FROM kw_dead").fetchone()[0]:
+            return NO_DEAD
+    except duckdb.CatalogException:
+        return NO_DEAD
+    return dict(conn.execute(
+        f"""SELECT term_id, count(*) FROM kw_postings WHERE term_id IN ({", ".join(map(str, term_ids))})
+            AND doc_key IN (SELECT doc_key FROM kw_dead) GROUP BY term_id"""
+    ).fetchall())
 
 
 def corpus_stats(conn: duckdb.DuckDBPyConnection, corpus: str) -> tuple[int, float]:

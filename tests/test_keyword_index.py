@@ -72,10 +72,14 @@ def test_many_small_updates_score_like_a_fresh_build_and_like_duckdb_fts(tmp_pat
                 sessions.pop(session)
                 continue
             _write_session(wh, session, chunks)
+        assert wh.scalar("SELECT count(*) FROM kw_dead")  # changed texts are only marked dead: searches skip them
         incremental = {q: _scores(wh, q) for q in QUERIES}
-        incremental_rows = _index_rows(wh)
         top_few = {q: [round(score, 9) for _, _, score in keyword_search(wh.conn, "chunks", q, limit=5)] for q in QUERIES}
         fts = {q: _fts_scores(wh, q) for q in QUERIES}
+        assert wh.compact_keyword_index(force=True)  # their postings dropped in one pass
+        assert not wh.scalar("SELECT count(*) FROM kw_dead")
+        assert {q: _scores(wh, q) for q in QUERIES} == incremental
+        incremental_rows = _index_rows(wh)
 
     with Warehouse(tmp_path / "fresh.duckdb") as fresh:
         with fresh.transaction():
@@ -90,6 +94,45 @@ def test_many_small_updates_score_like_a_fresh_build_and_like_duckdb_fts(tmp_pat
     assert top_few == {q: sorted(incremental[q].values(), reverse=True)[:5] for q in QUERIES}  # pruning is exact
     assert incremental_rows == scratch_rows
     assert incremental == fts
+
+
+def test_a_text_back_to_what_a_dead_document_held_is_indexed_once(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    first, second = _chunk("s", 0, rng), _chunk("s", 0, rng)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        for chunk in (first, second, first):  # the first text's document dies, then comes back under its old key
+            _write_session(wh, "s", [chunk])
+        query = " ".join(first["content"].split()[:3])
+        scores = _scores(wh, query)
+        wh.compact_keyword_index(force=True)  # drops the second text's postings, not the first's
+        rows = _index_rows(wh)
+    with Warehouse(tmp_path / "fresh.duckdb") as fresh:
+        _write_session(fresh, "s", [first])
+        assert _scores(fresh, query) == scores
+        assert _index_rows(fresh) == rows
+
+
+def test_forgetting_and_new_redaction_rules_drop_dead_postings_at_once(tmp_path: Path) -> None:
+    rng = random.Random(9)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        _write_session(wh, "s", [{**_chunk("s", 0, rng), "context_content": "token zqx7secret in the log"}])
+        _write_session(wh, "s", [{**_chunk("s", 0, rng), "context_content": "token [REDACTED] in the log"}])
+        assert wh.scalar("SELECT count(*) FROM kw_terms WHERE term = 'zqx7secret'") == 1  # dead, not dropped yet
+        assert not keyword_search(wh.conn, "chunks", "zqx7secret", limit=5)
+        wh.compact_keyword_index(redaction="1")  # rules other than the ones dead postings were last dropped under
+        assert not wh.scalar("SELECT count(*) FROM kw_terms WHERE term = 'zqx7secret'")
+        assert not wh.compact_keyword_index(redaction="1")  # same rules, few dead: nothing to do
+
+        _write_session(wh, "t", [{**_chunk("t", 0, rng), "context_content": "private name quokkabert"}])
+        _write_session(wh, "t", [{**_chunk("t", 0, rng), "context_content": "private name wombatina"}])
+        with wh.transaction():
+            wh.delete_where("chunks", "session_id", ["t"])
+            wh.delete_sessions(["t"], purge=True)  # forgetting: nothing derived from its words stays
+        for word in ("quokkabert", "wombatina"):
+            assert not wh.scalar("SELECT count(*) FROM kw_terms WHERE term = ?", [word])
+        assert not wh.scalar("SELECT count(*) FROM kw_dead WHERE session_id = 't'")
+        assert wh.scalar("SELECT count(*) FROM kw_postings") == wh.scalar(
+            "SELECT count(*) FROM kw_postings WHERE doc_key IN (SELECT doc_key FROM kw_docs)")
 
 
 def _index_rows(wh: Warehouse) -> dict[str, list[tuple]]:

@@ -387,6 +387,7 @@ def test_threads_built_before_inputs_were_recorded_whole_are_rebuilt_once(thread
         wh.conn.execute("DROP TABLE thread_inputs")
         wh.conn.execute("CREATE TABLE thread_inputs (session_id VARCHAR, project VARCHAR, input_fp VARCHAR)")
         wh.conn.execute("ALTER TABLE stage_state DROP COLUMN recorded_seq")  # and before migration 11
+        wh.conn.execute("DROP TABLE kw_dead")  # and 12
         wh.conn.execute("DELETE FROM schema_version WHERE version >= 10")
     path = wh.path
     wh.close()
