@@ -62,7 +62,7 @@ def _remember_missing(name: str) -> None:
 _remember_missing("pandas")
 
 DATABASE = "wh"
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -152,7 +152,8 @@ appended since the last sort are read whole, and once they pass this share of al
 KEYWORD_DEAD_SHARE = 0.02
 """A document whose text changed or went is only marked dead (`kw_dead`: searches skip its postings and take them
 out of their terms' document frequencies); once dead documents pass this share of the live ones, their postings
-are dropped in one pass over the postings."""
+are dropped in one pass over the postings. A document whose session was ingested again under another ingest key
+(new redaction rules or privacy settings) loses its postings at once: no word the old rules let through stays."""
 
 
 class WarehouseError(RuntimeError):
@@ -330,6 +331,13 @@ MIGRATIONS: dict[int, list[str]] = {
     12: [  # keyword documents whose text changed or went: their postings stay until compact_keyword_index drops
         # them in one pass (deleting a document's postings at once scanned every posting: 30 ms at 100k chunks)
         "CREATE TABLE kw_dead (doc_key BIGINT, session_id VARCHAR)",
+    ],
+    13: [  # the ingest key each keyword document's text was indexed under: when its session is ingested again
+        # under another (new redaction rules, privacy settings), its dead documents' postings go at once
+        "ALTER TABLE kw_dead ADD COLUMN ingest_key VARCHAR",
+        "ALTER TABLE kw_docs ADD COLUMN ingest_key VARCHAR",
+        """UPDATE kw_docs SET ingest_key = s.stage_key FROM stage_state s
+           WHERE s.stage = 'ingest' AND s.session_id = kw_docs.session_id""",
     ],
 }
 
@@ -1260,8 +1268,9 @@ class Warehouse(_Queries):
         previous_chars: int = PREVIOUS_CHARS,
     ) -> int:
         """Bring the BM25 terms of these sessions' documents (of every document when None) up to date with their
-        rows: documents whose text changed or that are gone are marked dead (`purge`, forgetting: their postings,
-        and those of the sessions' documents marked dead before, are deleted at once), new texts get postings.
+        rows: documents whose text changed or that are gone are marked dead (their postings are deleted at once
+        when their session was ingested again under another key since they were indexed; `purge`, forgetting: also
+        those of the sessions' documents marked dead before), new texts get postings.
         Call inside the transaction that changed the rows. Returns how many documents were (re)indexed.
         (`previous_chars` other than PREVIOUS_CHARS: only for benchmarks/retrieval.py's tuning grid.)"""
         spec = KEYWORD_CORPORA[corpus]
@@ -1273,6 +1282,8 @@ class Warehouse(_Queries):
         docs_scope = "d.session_id IN (SELECT unnest($ids))" if scoped else "TRUE"
         documents = f"""(SELECT doc_id, session_id, text, md5(coalesce(text, '')) AS doc_hash
                          FROM ({spec.documents.format(scope=rows_scope, previous_chars=previous_chars)}))"""
+        sessions_scope = "session_id IN (SELECT unnest($ids))" if scoped else "TRUE"
+        ingest_keys = f"(SELECT session_id, stage_key FROM stage_state WHERE stage = 'ingest' AND {sessions_scope})"
         gone = [
             row[0]
             for row in self.conn.execute(
@@ -1283,15 +1294,23 @@ class Warehouse(_Queries):
         ]
         if gone:
             with self._values(gone) as keys:
-                self.conn.execute(f"INSERT INTO kw_dead SELECT doc_key, session_id FROM kw_docs WHERE doc_key IN (SELECT v FROM {keys})")
+                self.conn.execute(f"""INSERT INTO kw_dead SELECT doc_key, session_id, ingest_key FROM kw_docs
+                                      WHERE doc_key IN (SELECT v FROM {keys})""")
                 self.conn.execute(f"DELETE FROM kw_docs WHERE doc_key IN (SELECT v FROM {keys})")
+            self._drop_dead_postings(  # indexed under rules the session's text was ingested again without
+                f"""doc_key IN (SELECT dead.doc_key FROM kw_dead dead JOIN {ingest_keys} k USING (session_id)
+                                WHERE dead.ingest_key IS DISTINCT FROM k.stage_key)""",
+                {key: value for key, value in params.items() if key == "ids"},
+            )
         if purge and scoped:
             self._drop_dead_postings("session_id IN (SELECT unnest($ids))", {"ids": list(session_ids)})
         elif purge:
             self._drop_dead_postings()
         added = self.conn.execute(
             f"""INSERT INTO kw_docs
-                SELECT $corpus, {content_key('$corpus', 'doc_id', 'doc_hash')}, doc_id, session_id, NULL, doc_hash FROM {documents} x
+                SELECT $corpus, {content_key('$corpus', 'doc_id', 'doc_hash')}, doc_id, session_id, NULL, doc_hash,
+                       k.stage_key
+                FROM {documents} x LEFT JOIN {ingest_keys} k USING (session_id)
                 WHERE NOT EXISTS (
                     SELECT 1 FROM kw_docs d WHERE d.corpus = $corpus AND {docs_scope}
                         AND d.doc_id = x.doc_id AND d.doc_hash = x.doc_hash)""",
@@ -1376,19 +1395,14 @@ class Warehouse(_Queries):
             self.set_meta("kw_built", "1")
         return True
 
-    def compact_keyword_index(self, *, force: bool = False, redaction: str = "") -> bool:
-        """Drop the dead documents' postings once they pass KEYWORD_DEAD_SHARE of the documents, or at once when
-        the redaction rules (`redaction`, their version) changed since they were last dropped: a text redacted
-        again keeps no term of what the old rules let through. Re-sort the postings by term once the rows appended
-        since the last sort pass KEYWORD_RESORT_SHARE. Whether it did either."""
+    def compact_keyword_index(self, *, force: bool = False) -> bool:
+        """Drop the dead documents' postings once they pass KEYWORD_DEAD_SHARE of the documents, and re-sort the
+        postings by term once the rows appended since the last sort pass KEYWORD_RESORT_SHARE; whether it did."""
         dead, documents = self.conn.execute("SELECT (SELECT count(*) FROM kw_dead), (SELECT count(*) FROM kw_docs)").fetchone()
-        new_rules = self.get_meta("kw_dead_dropped_under") != redaction
         dropped = False
-        if force or new_rules or dead > KEYWORD_DEAD_SHARE * documents:
+        if dead and (force or dead > KEYWORD_DEAD_SHARE * documents):
             with self.transaction():
                 dropped = bool(self._drop_dead_postings())
-                if new_rules:
-                    self.set_meta("kw_dead_dropped_under", redaction)
         unsorted = int(self.get_meta("kw_unsorted_postings") or 0)
         total = self.scalar("SELECT count(*) FROM kw_postings")
         if not force and unsorted <= KEYWORD_RESORT_SHARE * total:
@@ -1899,6 +1913,8 @@ def keyword_search(
         f"SELECT term_id, df FROM kw_terms WHERE corpus = {_sql_literal(corpus)} AND df > 0 "
         f"AND term IN ({sql_string_list(stems)})"
     ).fetchall()
+    if not terms:  # no query word is indexed
+        return []
     dead = _dead_postings(conn, [int(term_id) for term_id, _ in terms])
     terms = [(term_id, df - dead.get(int(term_id), 0)) for term_id, df in terms]
     terms = [(term_id, df) for term_id, df in terms if df > 0]

@@ -112,27 +112,62 @@ def test_a_text_back_to_what_a_dead_document_held_is_indexed_once(tmp_path: Path
         assert _index_rows(fresh) == rows
 
 
-def test_forgetting_and_new_redaction_rules_drop_dead_postings_at_once(tmp_path: Path) -> None:
+def _ingested_under(wh: Warehouse, session: str, key: str) -> None:
+    """The session's ingest stage row, as ingest records it (its key holds the redaction rules' version)."""
+    with wh.transaction():
+        wh.conn.execute("DELETE FROM stage_state WHERE stage = 'ingest' AND session_id = ?", [session])
+        wh.conn.execute("INSERT INTO stage_state (stage, session_id, input_fp, stage_key) VALUES ('ingest', ?, 'fp', ?)",
+                        [session, key])
+
+
+def test_a_text_ingested_again_under_other_rules_leaves_no_word_behind_at_once(tmp_path: Path) -> None:
+    """Dead documents' words wait for compaction only while the rules are the ones they were indexed under: a
+    session ingested again under a new key (redaction rules, privacy settings) loses them in that transaction,
+    also when other sessions were re-ingested under the new key in an earlier run."""
     rng = random.Random(9)
     with Warehouse(tmp_path / "w.duckdb") as wh:
+        for i in range(60):  # one dead document among 60 stays under KEYWORD_DEAD_SHARE
+            _ingested_under(wh, f"o{i}", "rules-1")
+            _write_session(wh, f"o{i}", [_chunk(f"o{i}", 0, rng)])
+        _ingested_under(wh, "s", "rules-1")
         _write_session(wh, "s", [{**_chunk("s", 0, rng), "context_content": "token zqx7secret in the log"}])
+        _write_session(wh, "s", [{**_chunk("s", 0, rng), "context_content": "token zqx7secret in the logs"}])
+        assert wh.scalar("SELECT count(*) FROM kw_terms WHERE term = 'zqx7secret'") == 1  # same rules: dead only
+        assert wh.scalar("SELECT count(*) FROM kw_dead WHERE session_id = 's'") == 1
+        _ingested_under(wh, "o0", "rules-2")  # an earlier, scoped run re-redacted another session
+        _write_session(wh, "o0", [{**_chunk("o0", 0, rng), "context_content": "something else"}])
+        wh.compact_keyword_index()
+        assert wh.scalar("SELECT count(*) FROM kw_terms WHERE term = 'zqx7secret'") == 1  # still only dead
+        _ingested_under(wh, "s", "rules-2")
         _write_session(wh, "s", [{**_chunk("s", 0, rng), "context_content": "token [REDACTED] in the log"}])
-        assert wh.scalar("SELECT count(*) FROM kw_terms WHERE term = 'zqx7secret'") == 1  # dead, not dropped yet
-        assert not keyword_search(wh.conn, "chunks", "zqx7secret", limit=5)
-        wh.compact_keyword_index(redaction="1")  # rules other than the ones dead postings were last dropped under
         assert not wh.scalar("SELECT count(*) FROM kw_terms WHERE term = 'zqx7secret'")
-        assert not wh.compact_keyword_index(redaction="1")  # same rules, few dead: nothing to do
+        assert not wh.scalar("SELECT count(*) FROM kw_dead WHERE session_id = 's'")  # both earlier texts' postings
+        assert not keyword_search(wh.conn, "chunks", "zqx7secret", limit=5)
 
+
+def test_queries_of_no_indexed_word_find_nothing_while_documents_are_dead(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        _write_session(wh, "s", [_chunk("s", 0, rng)])
+        _write_session(wh, "s", [_chunk("s", 0, rng)])
+        assert wh.scalar("SELECT count(*) FROM kw_dead") == 1
+        assert keyword_search(wh.conn, "chunks", "zzyzx", limit=5) == []  # a word no document holds
+        assert keyword_search(wh.conn, "chunks", "the", limit=5) == []  # stopwords only
+
+
+def test_forgetting_drops_the_sessions_dead_postings_at_once(tmp_path: Path) -> None:
+    rng = random.Random(9)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
         _write_session(wh, "t", [{**_chunk("t", 0, rng), "context_content": "private name quokkabert"}])
         _write_session(wh, "t", [{**_chunk("t", 0, rng), "context_content": "private name wombatina"}])
+        assert wh.scalar("SELECT count(*) FROM kw_dead WHERE session_id = 't'") == 1
         with wh.transaction():
             wh.delete_where("chunks", "session_id", ["t"])
             wh.delete_sessions(["t"], purge=True)  # forgetting: nothing derived from its words stays
         for word in ("quokkabert", "wombatina"):
             assert not wh.scalar("SELECT count(*) FROM kw_terms WHERE term = ?", [word])
-        assert not wh.scalar("SELECT count(*) FROM kw_dead WHERE session_id = 't'")
-        assert wh.scalar("SELECT count(*) FROM kw_postings") == wh.scalar(
-            "SELECT count(*) FROM kw_postings WHERE doc_key IN (SELECT doc_key FROM kw_docs)")
+        assert not wh.scalar("SELECT count(*) FROM kw_dead")
+        assert not wh.scalar("SELECT count(*) FROM kw_postings")
 
 
 def _index_rows(wh: Warehouse) -> dict[str, list[tuple]]:

@@ -387,7 +387,8 @@ def test_threads_built_before_inputs_were_recorded_whole_are_rebuilt_once(thread
         wh.conn.execute("DROP TABLE thread_inputs")
         wh.conn.execute("CREATE TABLE thread_inputs (session_id VARCHAR, project VARCHAR, input_fp VARCHAR)")
         wh.conn.execute("ALTER TABLE stage_state DROP COLUMN recorded_seq")  # and before migration 11
-        wh.conn.execute("DROP TABLE kw_dead")  # and 12
+        wh.conn.execute("DROP TABLE kw_dead")  # and 12, 13
+        wh.conn.execute("ALTER TABLE kw_docs DROP COLUMN ingest_key")
         wh.conn.execute("DELETE FROM schema_version WHERE version >= 10")
     path = wh.path
     wh.close()
@@ -400,6 +401,19 @@ def test_threads_built_before_inputs_were_recorded_whole_are_rebuilt_once(thread
         project.resummarize()
         assert refresh_threads(upgraded, "key") is not None
         assert _thread_rows(upgraded) == _rebuilt_from_scratch(upgraded)
+
+
+def test_summary_vectors_cleared_relink_like_a_full_rebuild(threaded) -> None:
+    """`reembed` clears the summaries' vectors (a provider failing leaves them empty): the sessions' own columns do
+    not change, and their links must still follow."""
+    from sessionmem_pipeline.stages.threads import refresh_threads
+
+    wh, _ = threaded
+    assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
+    with wh.transaction():
+        wh.conn.execute("UPDATE session_summaries SET embedding = NULL")
+    assert refresh_threads(wh, "key") is not None
+    assert _thread_rows(wh) == _rebuilt_from_scratch(wh)
 
 
 def test_a_change_replaces_only_the_threads_of_its_strong_component(threaded) -> None:

@@ -47,10 +47,15 @@ CANDIDATES = """
     SELECT coalesce(s.session_id, t.session_id)
     FROM (FROM sessions WHERE parent_session_id IS NULL) s FULL JOIN thread_inputs t USING (session_id)
     WHERE (coalesce(s.project, ''), s.started_at, s.summary_version) IS DISTINCT FROM
-          (t.project, t.started_at, t.summary_version) OR NOT t.embedded"""
-"""The sessions whose thread input may differ from the recorded one, from the sessions' own columns: a summary
-version is never rewritten, only its vector filled in once (`embedded`), so a session outside these has the input
-it was linked from (reading every latest summary to compare was most of a small change's cost at 10,000 sessions)."""
+          (t.project, t.started_at, t.summary_version) OR NOT t.embedded
+    UNION
+    SELECT t.session_id FROM thread_inputs t
+    JOIN session_summaries v ON v.session_id = t.session_id AND v.version = t.summary_version
+    WHERE t.embedded AND v.embedding IS NULL"""
+"""The sessions whose thread input may differ from the recorded one, from the sessions' own columns and whether
+the recorded summary's vector is still there (a summary version is never rewritten; its vector is filled in, or
+cleared by `reembed`), so a session outside these has the input it was linked from (reading every latest
+summary to compare was most of a small change's cost at 10,000 sessions)."""
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 REACH = timedelta(days=MAX_GAP_DAYS + 1)
