@@ -223,3 +223,21 @@ def test_a_common_term_beside_a_rare_one_keeps_the_exact_best_documents(tmp_path
     assert best == everything[:5]  # the same documents, order and scores, to the last bit
     assert best_of_one == everything[:1]
     assert len(everything_in_scope) == 150 and best_in_scope == everything_in_scope[:3]
+
+
+def test_an_upgraded_warehouse_knows_the_ingest_key_of_every_indexed_document(tmp_path: Path) -> None:
+    """Migration 13 records the session's ingest key on the documents indexed before it, so the first death of one
+    after an upgrade is tombstoned like any other, and one re-ingested under new rules still loses its words."""
+    rng = random.Random(4)
+    path = tmp_path / "w.duckdb"
+    with Warehouse(path) as wh:
+        _ingested_under(wh, "s", "rules-1")
+        _write_session(wh, "s", [_chunk("s", 0, rng), _chunk("s", 1, rng)])
+        with wh.transaction():  # back to the shape migration 11 left
+            wh.conn.execute("DROP TABLE kw_dead")
+            wh.conn.execute("ALTER TABLE kw_docs DROP COLUMN ingest_key")
+            wh.conn.execute("DELETE FROM schema_version WHERE version >= 12")
+    with Warehouse(path) as upgraded:
+        assert upgraded.conn.execute("SELECT DISTINCT ingest_key FROM kw_docs").fetchall() == [("rules-1",)]
+        _write_session(upgraded, "s", [_chunk("s", 0, rng), _chunk("s", 1, rng)])
+        assert upgraded.scalar("SELECT count(*) FROM kw_dead") == 2  # same rules: only marked dead
