@@ -1277,7 +1277,8 @@ class Warehouse(_Queries):
         scoped = session_ids is not None and spec.scope_column is not None
         if scoped and not session_ids:
             return 0
-        params: dict[str, Any] = {"corpus": corpus, **({"ids": list(session_ids)} if scoped else {})}
+        ids: dict[str, Any] = {"ids": list(session_ids)} if scoped else {}
+        params: dict[str, Any] = {"corpus": corpus, **ids}
         rows_scope = f"{spec.scope_column} IN (SELECT unnest($ids))" if scoped else "TRUE"
         docs_scope = "d.session_id IN (SELECT unnest($ids))" if scoped else "TRUE"
         documents = f"""(SELECT doc_id, session_id, text, md5(coalesce(text, '')) AS doc_hash
@@ -1300,12 +1301,10 @@ class Warehouse(_Queries):
             self._drop_dead_postings(  # indexed under rules the session's text was ingested again without
                 f"""doc_key IN (SELECT dead.doc_key FROM kw_dead dead JOIN {ingest_keys} k USING (session_id)
                                 WHERE dead.ingest_key IS DISTINCT FROM k.stage_key)""",
-                {key: value for key, value in params.items() if key == "ids"},
+                ids,
             )
-        if purge and scoped:
-            self._drop_dead_postings("session_id IN (SELECT unnest($ids))", {"ids": list(session_ids)})
-        elif purge:
-            self._drop_dead_postings()
+        if purge:
+            self._drop_dead_postings(sessions_scope, ids)
         added = self.conn.execute(
             f"""INSERT INTO kw_docs
                 SELECT $corpus, {content_key('$corpus', 'doc_id', 'doc_hash')}, doc_id, session_id, NULL, doc_hash,
@@ -1916,11 +1915,11 @@ def keyword_search(
     if not terms:  # no query word is indexed
         return []
     dead = _dead_postings(conn, [int(term_id) for term_id, _ in terms])
-    terms = [(term_id, df - dead.get(int(term_id), 0)) for term_id, df in terms]
+    terms = [(term_id, df - (dead or {}).get(int(term_id), 0)) for term_id, df in terms]
     terms = [(term_id, df) for term_id, df in terms if df > 0]
     if not terms:
         return []
-    alive = "AND doc_key NOT IN (SELECT doc_key FROM kw_dead)" if dead is not NO_DEAD else ""
+    alive = "AND doc_key NOT IN (SELECT doc_key FROM kw_dead)" if dead is not None else ""
     documents, average = stats or corpus_stats(conn, corpus)
     idf = {int(term_id): math.log((documents - df + 0.5) / (df + 0.5) + 1, 10) for term_id, df in terms}
     common = [int(term_id) for term_id, df in terms if df > COMMON_TERM_SHARE * documents]
@@ -1963,18 +1962,15 @@ def keyword_search(
     return best()
 
 
-NO_DEAD: dict[int, int] = {}
-
-
-def _dead_postings(conn: duckdb.DuckDBPyConnection, term_ids: Sequence[int]) -> dict[int, int]:
+def _dead_postings(conn: duckdb.DuckDBPyConnection, term_ids: Sequence[int]) -> dict[int, int] | None:
     """Per term, how many dead documents (`kw_dead`, see KEYWORD_DEAD_SHARE) still have a posting of it: what
-    its stored document frequency counts beyond the live documents. NO_DEAD when there are none (or no such table:
-    a snapshot from before migration 12)."""
+    its stored document frequency counts beyond the live documents. None when there are no dead documents (or no
+    such table: a snapshot from before migration 12)."""
     try:
         if not conn.execute("SELECT count(*) FROM kw_dead").fetchone()[0]:
-            return NO_DEAD
+            return None
     except duckdb.CatalogException:
-        return NO_DEAD
+        return None
     return dict(conn.execute(
         f"""SELECT term_id, count(*) FROM kw_postings WHERE term_id IN ({", ".join(map(str, term_ids))})
             AND doc_key IN (SELECT doc_key FROM kw_dead) GROUP BY term_id"""
