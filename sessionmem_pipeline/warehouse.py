@@ -1298,11 +1298,12 @@ class Warehouse(_Queries):
                 self.conn.execute(f"""INSERT INTO kw_dead SELECT doc_key, session_id, ingest_key FROM kw_docs
                                       WHERE doc_key IN (SELECT v FROM {keys})""")
                 self.conn.execute(f"DELETE FROM kw_docs WHERE doc_key IN (SELECT v FROM {keys})")
-            self._drop_dead_postings(  # indexed under rules the session's text was ingested again without
-                f"""doc_key IN (SELECT dead.doc_key FROM kw_dead dead JOIN {ingest_keys} k USING (session_id)
-                                WHERE dead.ingest_key IS DISTINCT FROM k.stage_key)""",
-                ids,
-            )
+        self._drop_dead_postings(  # indexed under rules the session's text was ingested again without (also when
+            # none of its documents died now: the ones that died before still hold the old rules' words)
+            f"""doc_key IN (SELECT dead.doc_key FROM kw_dead dead JOIN {ingest_keys} k USING (session_id)
+                            WHERE dead.ingest_key IS DISTINCT FROM k.stage_key)""",
+            ids,
+        )
         if purge:
             self._drop_dead_postings(sessions_scope, ids)
         added = self.conn.execute(

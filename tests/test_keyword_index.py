@@ -145,6 +145,19 @@ def test_a_text_ingested_again_under_other_rules_leaves_no_word_behind_at_once(t
         assert not keyword_search(wh.conn, "chunks", "zqx7secret", limit=5)
 
 
+def test_a_session_ingested_again_with_no_text_changed_still_drops_its_earlier_dead_words(tmp_path: Path) -> None:
+    rng = random.Random(12)
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        _ingested_under(wh, "s", "rules-1")
+        _write_session(wh, "s", [{**_chunk("s", 0, rng), "context_content": "token zqx7secret in the log"}])
+        kept = {**_chunk("s", 0, rng), "context_content": "a later text without it"}
+        _write_session(wh, "s", [kept])  # the first text dies under rules-1, its words only marked dead
+        _ingested_under(wh, "s", "rules-2")
+        _write_session(wh, "s", [kept])  # ingested again, the text the same: no document dies now
+        assert not wh.scalar("SELECT count(*) FROM kw_terms WHERE term = 'zqx7secret'")
+        assert not wh.scalar("SELECT count(*) FROM kw_dead")
+
+
 def test_queries_of_no_indexed_word_find_nothing_while_documents_are_dead(tmp_path: Path) -> None:
     rng = random.Random(1)
     with Warehouse(tmp_path / "w.duckdb") as wh:
