@@ -62,7 +62,7 @@ def _remember_missing(name: str) -> None:
 _remember_missing("pandas")
 
 DATABASE = "wh"
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 KEYWORD_IGNORE = r"(\.|[^a-z0-9])+"
 """What the BM25 tokenizer drops: DuckDB's fts default also drops digits, which loses order numbers, error codes,
 ports and versions, the things people search their sessions for."""
@@ -338,6 +338,11 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE kw_docs ADD COLUMN ingest_key VARCHAR",
         """UPDATE kw_docs SET ingest_key = s.stage_key FROM stage_state s
            WHERE s.stage = 'ingest' AND s.session_id = kw_docs.session_id""",
+    ],
+    14: [  # the highest summary version a session has had, kept when a rewrite of its transcript replaces it whole
+        # (its summaries go with it): its next summary is a new version, never a `<id>@1` readers saw before
+        "ALTER TABLE sessions ADD COLUMN summary_versions_used INTEGER",
+        "UPDATE sessions SET summary_versions_used = summary_version WHERE summary_version IS NOT NULL",
     ],
 }
 
@@ -802,6 +807,14 @@ class _Queries:
             "SELECT message_id FROM messages WHERE session_id = ? ORDER BY seq", [session_id]
         ).fetchall()
         return [r[0] for r in rows]
+
+    def summary_versions_used(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """The highest summary version each of these sessions has had (sessions.summary_versions_used)."""
+        return dict(self.conn.execute(
+            "SELECT session_id, summary_versions_used FROM sessions "
+            "WHERE session_id IN (SELECT unnest(?)) AND summary_versions_used IS NOT NULL",
+            [list(session_ids)],
+        ).fetchall())
 
     def session_row(self, session_id: str) -> dict[str, Any] | None:
         rows = self.query("SELECT * FROM sessions WHERE session_id = ?", [session_id])

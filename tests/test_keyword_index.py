@@ -249,6 +249,7 @@ def test_an_upgraded_warehouse_knows_the_ingest_key_of_every_indexed_document(tm
         with wh.transaction():  # back to the shape migration 11 left
             wh.conn.execute("DROP TABLE kw_dead")
             wh.conn.execute("ALTER TABLE kw_docs DROP COLUMN ingest_key")
+            wh.conn.execute("ALTER TABLE sessions DROP COLUMN summary_versions_used")  # and 14
             wh.conn.execute("DELETE FROM schema_version WHERE version >= 12")
     with Warehouse(path) as upgraded:
         assert upgraded.conn.execute("SELECT DISTINCT ingest_key FROM kw_docs").fetchall() == [("rules-1",)]

@@ -138,3 +138,40 @@ def test_a_live_session_is_not_summarized_until_idle_or_busy(setup: dict) -> Non
     index_sources(settings)
     assert _versions(settings, "ops/live") == []
     assert len(_versions(settings, setup["session_id"])) == 1
+
+
+def test_a_session_replaced_whole_continues_its_version_numbering(setup: dict) -> None:
+    """A rewritten transcript (not its stored messages plus new ones) is replaced whole, its old summaries with it
+    (they may hold what the new rules redact); its next summary is a new version, never a reused `<id>@1` that
+    readers (threads, recap fingerprints, the sensor's marks) would take for the summary they already saw."""
+    settings, session = setup["settings"], setup["session"]
+    index_sources(settings)
+    with open(session, "a", encoding="utf-8") as handle:
+        handle.write(_line("Rotation done; the warmer now waits for /healthz.", 30, "assistant", "Alfred"))
+    index_sources(settings)
+    assert [v["version"] for v in _versions(settings, setup["session_id"])] == [1, 2]
+    session.write_text(
+        _line("Payments retries double-charge when the webhook times out.", 0)
+        + _line("We decided to make the charge idempotent with the order id as key.", 1, "assistant", "Alfred"),
+        encoding="utf-8",
+    )
+    assert index_sources(settings).summaries_written == 1
+    versions = _versions(settings, setup["session_id"])
+    assert [(v["version"], v["is_incremental"]) for v in versions] == [(3, False)]
+    assert "idempotent" in versions[0]["summary"] and "warmer" not in versions[0]["summary"]
+    with Warehouse(settings.warehouse) as wh:
+        assert wh.scalar("SELECT summary_version FROM sessions WHERE session_id = ?", [setup["session_id"]]) == 3
+        assert wh.scalar("SELECT summary_id FROM session_summaries WHERE session_id = ?",
+                         [setup["session_id"]]) == f"{setup['session_id']}@3"
+    assert index_sources(settings).summaries_written == 0
+
+
+def test_an_upgraded_warehouse_knows_each_session_s_summary_versions(setup: dict) -> None:
+    """Migration 14 takes the versions used so far from each session's latest summary."""
+    settings = setup["settings"]
+    index_sources(settings)
+    with Warehouse(settings.warehouse) as wh, wh.transaction():  # back to the shape migration 13 left
+        wh.conn.execute("ALTER TABLE sessions DROP COLUMN summary_versions_used")
+        wh.conn.execute("DELETE FROM schema_version WHERE version >= 14")
+    with Warehouse(settings.warehouse) as upgraded:
+        assert upgraded.summary_versions_used([setup["session_id"]]) == {setup["session_id"]: 1}

@@ -389,6 +389,7 @@ def test_threads_built_before_inputs_were_recorded_whole_are_rebuilt_once(thread
         wh.conn.execute("ALTER TABLE stage_state DROP COLUMN recorded_seq")  # and before migration 11
         wh.conn.execute("DROP TABLE kw_dead")  # and 12, 13
         wh.conn.execute("ALTER TABLE kw_docs DROP COLUMN ingest_key")
+        wh.conn.execute("ALTER TABLE sessions DROP COLUMN summary_versions_used")  # and 14
         wh.conn.execute("DELETE FROM schema_version WHERE version >= 10")
     path = wh.path
     wh.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -168,7 +168,9 @@ def ingest_file(
             wh.forget_sessions([sid for sid, _ in excluded], _now(), remember=False)  # also publishes the exclusions
         wh.replace("excluded_sessions", "path", [source.path], exclusion_rows([(source.path, s, w) for s, w in excluded]))
         plan = _write_plan(wh, parsed, stored_ids, decision, fingerprints, key, source.path, full=full)
-        wh.delete_sessions(plan.removed + sorted(plan.replaced & owners.keys()))  # a new session has no rows
+        replaced = sorted(plan.replaced & owners.keys())  # a new session has no rows
+        versions_used = wh.summary_versions_used(replaced)
+        wh.delete_sessions(plan.removed + replaced)
         written = []
         for session in parsed.sessions:
             if session.session_id in plan.unchanged:
@@ -184,7 +186,7 @@ def ingest_file(
                 "UPDATE messages SET source_path = ? WHERE session_id IN (SELECT unnest(?)) AND source_path <> ?",
                 [source.path, sorted(plan.unchanged), source.path],
             )
-        _write_sessions(wh, parsed.sessions, source, owners)
+        _write_sessions(wh, parsed.sessions, source, owners, versions_used)
         session_ids = [s.session_id for s in parsed.sessions]
         wh.release_sessions(source.path, session_ids)
         wh.refresh_session_aggregates(session_ids)
@@ -272,9 +274,14 @@ def _first_request(messages: Sequence[Message]) -> str | None:
 
 
 def _write_sessions(
-    wh: Warehouse, sessions: Sequence[ParsedSession], source: SourceFile, owners: dict[str, tuple[str, int | None]]
+    wh: Warehouse,
+    sessions: Sequence[ParsedSession],
+    source: SourceFile,
+    owners: dict[str, tuple[str, int | None]],
+    versions_used: Mapping[str, int],
 ) -> None:
-    """`owners`: the sessions already stored (`Warehouse.session_owners`): only theirs keep earlier stages' columns."""
+    """`owners`: the sessions already stored (`Warehouse.session_owners`): only theirs keep earlier stages' columns.
+    `versions_used`: the summary versions of sessions just replaced whole, so their numbering goes on."""
     rows = []
     for session in sessions:
         existing = (wh.session_row(session.session_id) if session.session_id in owners else None) or {}
@@ -295,6 +302,7 @@ def _write_sessions(
                 "indexed_at": _now(),
                 "source_missing": False,
                 "summary_version": existing.get("summary_version"),
+                "summary_versions_used": existing.get("summary_versions_used") or versions_used.get(session.session_id),
                 "summary_overview": existing.get("summary_overview"),
                 "topics": existing.get("topics"),
             }

@@ -163,7 +163,7 @@ def summarize_sessions(
     written: list[tuple[str, int, SessionResult]] = []
     for session_id in session_ids:
         latest = latest_summary(wh, session_id)
-        version, previous = latest if latest else (0, None)
+        version, previous = latest if latest else (wh.summary_versions_used([session_id]).get(session_id, 0), None)
         result = (staged or {}).get(session_id)
         if full or result is None or result.base_hash != (previous.input_hash if previous else None):
             try:
@@ -232,8 +232,8 @@ def _insert_version(
         ],
     )
     wh.conn.execute(
-        "UPDATE sessions SET summary_version = ?, summary_overview = ? WHERE session_id = ?",
-        [version, summary.overview, session_id],
+        "UPDATE sessions SET summary_version = $v, summary_versions_used = $v, summary_overview = $o WHERE session_id = $s",
+        {"v": version, "o": summary.overview, "s": session_id},
     )
 
 
