@@ -127,10 +127,10 @@ index's early checkpoints fix each column's compression while it holds a few row
 REBUILD_MIN_EXCESS = 2 << 20
 """Nor is it rebuilt for less. A run's checkpoint rewrites the last segment of every column it appended to, and
 in a small warehouse that is most of each table: about 7 MB of 256 KB blocks at 1k chunks, half of a 13 MB file
-(reused by the next run, but never returned). So below ~2k chunks a run that adds data is followed by a rebuild
-(0.6 s at 1k chunks: benchmarks/incremental.py), which keeps the file within REBUILD_GROWTH of its data at every
-size (issue 15); from ~10k chunks up the churn is under the bound and rebuilds are rare. (8 MB kept small files
-1.6x their data.)"""
+(reused by the next run, but never returned). So until the data needs about 23 MB (some 4k chunks) a run that
+adds data is followed by a rebuild (0.6 s at 1k chunks: benchmarks/incremental.py; more near 4k), which keeps the
+file within REBUILD_GROWTH of its data at every size (issue 15); from ~10k chunks up the churn is under the bound
+and rebuilds are rare. (8 MB kept small files 1.6x their data.)"""
 REBUILD_FIXED_BYTES = 6 << 20
 """What a compact warehouse with any data holds whatever its rows (every table's first blocks; 6.0 MB with one
 session), not scaled with the rows."""

@@ -95,10 +95,10 @@ import math
 import re
 import string
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-REDACTION_VERSION = "14"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "15"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -248,7 +248,7 @@ _VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, $(cmd), %(x)s, %s, {{ var }}, {%
 _FORMAT_FIELD = re.compile(r"""\{[A-Za-z_][\w.\[\]'"]*\}""")  # `{name}` in a format string
 _BRACKET_PAIRS = {")": "(", "]": "[", "}": "{"}
 _VALUE_CODE = re.compile(
-    r"os\.environ|(?i:getenv)|process\.env|ENV\[|System\.getenv|Deno\.env|import\.meta\.env|secrets\.|settings\.|config\["
+    r"os\.environ|(?<![A-Za-z])(?i:getenv)(?![A-Za-z])|process\.env|ENV\[|System\.getenv|Deno\.env|import\.meta\.env|secrets\.|settings\.|config\["
 )
 _VALUE_PLACEHOLDER = re.compile(
     r"""^[^A-Za-z0-9]*\*{3,}[^A-Za-z0-9]*$|^(?:<[^<>]*>|x{3,}|X{3,}|\.{3,}|…|-+|_+|\?+|#+)$"""  # masks, blanks
@@ -514,19 +514,32 @@ _PROSE_WORDS = frozenset(  # the words of labels and messages; `value with quote
 )
 
 
-_LABEL_WORDS = re.compile(  # "password" or "code" in other languages: a translated label (`"Gjenta passord"`)
+_LABEL_ROOTS = (  # "password" or "code" in other languages: a translated label (`"Gjenta passord"`)
     r"passord|passwort|wachtwoord|contrase[ñn]a|senha|l[öo]senord|adgangskode|salasana|has[łl]o|heslo|jelsz[óo]"
-    r"|parola|parool|mot de passe|пароль|密码|密碼|パスワード|비밀번호|passcode|kode|c[óo]digo|codice",
-    re.IGNORECASE,
+    r"|parola|parool|mot de passe|пароль|密码|密碼|パスワード|비밀번호|passcode|kode|c[óo]digo|codice"
 )
+_LABEL_WORD = re.compile(rf"^(?:{_LABEL_ROOTS})|(?:{_LABEL_ROOTS})$", re.IGNORECASE)  # `Passordene`, `engangskode`
+
+
+_LABEL_PUNCTUATION = "¿¡()\"'.,:;!?"
+
+
+def _is_translated_label(words: Sequence[str]) -> bool:
+    """`"Gjenta passord"`, `"Engangskode:"`: plain words of a language (letters only, at most the first upper-case,
+    no digits or symbols inside), one of them starting or ending with "password" or "code" in another language. A
+    password holding such a word is not plain words (`SommerPasswort!`, `Kode-Hemmelig`, `mitt passord er
+    Sommer2024!`)."""
+    cores = [word.strip(_LABEL_PUNCTUATION) for word in words]
+    if not cores or not all(core.isalpha() and core[1:] == core[1:].lower() for core in cores):
+        return False
+    return any(_LABEL_WORD.search(core) for core in cores)
 
 
 def _is_prose(value: str) -> bool:
     """Quoted prose (labels, help texts, messages) rather than a credential; a passphrase of a few plain words
-    (`correct horse battery staple`) is not prose. A translated label naming a password or code is prose too
-    (`"Engangskode:"`, `"Passord (minst 6 tegn)"`), unless it is one word with a digit (`Passord2019!`)."""
+    (`correct horse battery staple`) is not prose, a translated label is (`_is_translated_label`)."""
     words = value.split()
-    if _LABEL_WORDS.search(value) and (len(words) >= 2 or not any(c.isdigit() for c in value)):
+    if _is_translated_label(words):
         return True
     if len(words) < 2:
         return False
