@@ -304,6 +304,7 @@ def test_a_secret_at_the_end_of_a_huge_line_is_found() -> None:
 @example(f"password=token: AKIAIOSFODNN7EXAMPLE{GITHUB_TOKEN}")  # a name taken as a value: its key stays both times
 @example(f"AKIAIOSFODNN7EXAMPLE{GITHUB_TOKEN}\n{GITHUB_TOKEN}")  # a line beside a redacted one: still a base64 block
 @example("Bearer AKIAIOSFODNN7EXAMPLEpassword=password=password=")  # a Bearer value running into a placeholder
+@example("token: AKIAIOSFODNN7EXAMPLEpassword= password=")  # a value judged alone once its neighbour is a placeholder
 def test_redaction_is_idempotent_on_arbitrary_text(text: str) -> None:
     once = redact(text)
     assert redact(once) == once
@@ -328,22 +329,25 @@ def test_benchmark_reports_every_half() -> None:
     )
     figures = json.loads(completed.stdout)
     assert figures["redaction_version"] == redact_module.REDACTION_VERSION
-    report, report9 = figures["report"], figures["report9"]
+    report, report10, report9 = figures["report"], figures["report10"], figures["report9"]
     report8, report7, report6 = figures["report8"], figures["report7"], figures["report6"]
     report5, report4, report3, report2 = figures["report5"], figures["report4"], figures["report3"], figures["report2"]
     tuning = figures["tuning"]
-    assert report["secrets"] >= 150 and len(report["by_kind"]) >= 40 and report["clean_lines"] >= 200  # 260, 56, 824
+    assert report["secrets"] >= 150 and len(report["by_kind"]) >= 40 and report["clean_lines"] >= 200  # 164, 53, 1668
+    assert report10["secrets"] >= 150 and len(report10["by_kind"]) >= 40 and report10["clean_lines"] >= 200  # 260, 56, 824
     # report9's sources publish few non-placeholder examples: 95 secrets of 32 kinds
     assert report9["secrets"] >= 90 and len(report9["by_kind"]) >= 30 and report9["clean_lines"] >= 200
     assert report8["secrets"] >= 150 and len(report8["by_kind"]) >= 40 and report8["clean_lines"] >= 200
     assert tuning["catch_rate"] == 1.0, tuning["misses"]
     assert tuning["clean_altered"] == 0, tuning["false_positives"]
     # floors against regressions; the targets are 0.99 caught and 0.01 altered
-    assert report["catch_rate"] >= 0.919  # version 14 measured 239/260 on report10, once (13 and 15: the same)
-    assert report["false_positive_rate"] <= 0.049  # version 14: 40/824 on report10, once (13 and 15: the same)
+    assert report["catch_rate"] >= 0.676  # version 16 measured 111/164 on report11, once (15: the same)
+    assert report["false_positive_rate"] <= 0.019  # version 16: 31/1668 on report11, once (15: the same)
+    assert report10["catch_rate"] >= 0.969  # version 16: 252/260 on report10, tuned on (version 14 measured 239/260, once)
+    assert report10["false_positive_rate"] <= 0.014  # version 16: 11/824 on report10 (versions 13 to 15: 40/824)
     assert report9["catch_rate"] >= 0.842  # version 14: 80/95 on report9, tuned on (version 12 measured 80/95, once)
     assert report9["false_positive_rate"] <= 0.010  # version 15: 2/211 on report9 (version 12: 13/211, labels)
-    assert report8["catch_rate"] >= 0.958  # version 12: 835/871 on report8, tuned on (version 11 measured 749/871, once)
+    assert report8["catch_rate"] >= 0.959  # version 16: 836/871 on report8, tuned on (version 11 measured 749/871, once)
     assert report8["false_positive_rate"] <= 0.010  # version 12: 2/217 on report8 (versions 10 and 11: 6/217)
     assert report7["catch_rate"] == 1.0  # version 11: 316/316 on report7, tuned on (version 10 measured 289/316, once)
     assert report7["false_positive_rate"] == 0.0  # versions 9 to 11: 0/215 on report7
@@ -353,8 +357,8 @@ def test_benchmark_reports_every_half() -> None:
     assert report5["false_positive_rate"] <= 0.003  # version 10: 1/356 on report5, a weak password (version 9: 4/356)
     assert report4["catch_rate"] >= 0.728  # version 12: 201/276 on report4 (version 7 measured 188/276, once)
     assert report4["false_positive_rate"] <= 0.050  # version 10: 32/645 on report4 (versions 7 to 9: 36/645)
-    assert report3["catch_rate"] >= 0.935  # version 12: 453/484 on report3 (webhooks marked by their path)
-    assert report3["false_positive_rate"] <= 0.023  # versions 6 to 10: 6/267 on report3
+    assert report3["catch_rate"] >= 0.942  # version 16: 456/484 on report3 (webhooks marked by their path)
+    assert report3["false_positive_rate"] <= 0.019  # version 16: 5/267 on report3 (versions 6 to 15: 6/267)
     assert report2["catch_rate"] >= 0.906  # version 11: 281/310 on report2
     assert report2["false_positive_rate"] <= 0.048  # version 10: 13/272 on report2 (version 9: 12/272)
 
@@ -424,3 +428,39 @@ def test_a_translated_label_under_a_password_name_stays(label: str) -> None:
 def test_a_password_spelling_getenv_inside_a_word_is_still_redacted(line: str) -> None:
     assert "BudgetEnvelope42" not in redact(line) and "budgetenvelope42" not in redact(line)
     assert "WidgetEnvy" not in redact(line)
+
+
+def test_base64_is_redacted_when_its_decoded_text_holds_a_secret() -> None:
+    """A Kubernetes Secret's `data:` values are base64: the rules judge the decoded text (a manifest encoded whole
+    holding encoded values is decoded twice, no more)."""
+    import base64
+
+    def encoded(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    with_secret = encoded("postgres://ledger:Tq8vR2mWx5Lk@relay-db.internal:5432/ledger")
+    plain = encoded("host: relay-db.internal\nport: 5432\ndatabase: ledger\nsslmode: require\npool_size: 20\n")  # long: no key
+    manifest = f"data:\n  DATABASE_URL: {with_secret}\n  DATABASE_HOST: {plain}\n"
+    assert redact(manifest) == f"data:\n  DATABASE_URL: [REDACTED:encoded-secret]\n  DATABASE_HOST: {plain}\n"
+    assert [(m.start, m.end) for m in find_secrets(f"x {with_secret} y")] == [(2, 2 + len(with_secret))]
+    twice = encoded(f"RELAY_DB_URL={with_secret}")
+    assert redact(twice) == "[REDACTED:encoded-secret]"
+    assert redact(encoded(twice)) == encoded(twice)  # a third encoding is not looked into
+    media = base64.b64encode(bytes(range(256)) * 4).decode()  # binary decodes to no text
+    assert redact(f"payload: {media}") == f"payload: {media}"
+
+
+def test_a_long_upper_case_value_before_punctuation_does_not_backtrack() -> None:
+    """`(?:[A-Z][A-Za-z0-9]*){2,}` tried every split of `QWERTY…` before the `.`: 2^n steps. Run apart, with a
+    deadline far above the milliseconds it takes, so a regression fails instead of hanging the suite."""
+    key = "CYuCIlk4M3U2PDXGKvklmkVibww3ieF9IifyYEC8kFt9CesJLz4oJQQJ99BA9A3K5EenIC3vAAAGACOGWJrg"
+    run = "QWERTYUIOPASDFGHJKLZXCVBNM" * 3
+    script = (
+        "from sessionmem_pipeline.core.redact import redact\n"
+        f"print(redact('Set AZURE_SPEECH_KEY={key}.'))\n"
+        f"print(redact('AZURE_KEY = \"{run}.\"'))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT, check=True)
+    redacted_key, left_alone = completed.stdout.splitlines()
+    assert key not in redacted_key and redacted_key.startswith("Set AZURE_SPEECH_KEY=[REDACTED:password]")
+    assert left_alone == f'AZURE_KEY = "{run}."'  # letters in a typed-out order: a stand-in

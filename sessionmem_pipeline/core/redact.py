@@ -9,7 +9,9 @@ output are built from redacted text; collapsing and chunking do not redact again
   Segment, Mandrill, Ubidots, Vertex AI express mode `AQ.Ab8R…`, Postman, Packagist), Telegram and Discord bot
   tokens, webhook URLs, Azure SAS signatures, presigned URL signatures (`X-Amz-Signature=`, `X-Goog-Signature=`,
   `Signature=`), private-key blocks in any carrier (PEM, OpenSSH, PGP; plain lines, `\n`-escaped in a string,
-  dashes shortened, base64-encoded once more: `LS0tLS1CRUdJTi…`), JWTs and any three-part token whose first two
+  dashes shortened, base64-encoded once more: `LS0tLS1CRUdJTi…`, on one line or wrapped), base64 of any text in which
+  these rules find a secret (a Kubernetes Secret's `data:` value, an encoded .env; decoded at most twice, typed
+  `encoded-secret`), OpenShift OAuth tokens (`sha256~…`), JWTs and any three-part token whose first two
   parts are base64 of JSON (`ey…`, padding too), a JWT base64-encoded once more (`ZXlK…`) and base64 of a JSON
   object holding a key (`eyJrIjoi…`) are redacted wherever they appear;
   so is a key of a vendor no rule knows, by its shape: a short lower-case prefix then a random body (`tvly-…`,
@@ -20,7 +22,7 @@ output are built from redacted text; collapsing and chunking do not redact again
   blocks stay; a value with a name is left to the name rules when the name has a credential word they accept or
   says id, digest, nonce, signature, certificate or public, and is redacted under any other name (a vendor's: `mistral: <key>`, `GROK_MGMT=xai-…`); a
   40-character secret right after its key id (`AKIA…:<secret>`, GCS HMAC `GOOG…` then the secret on the next
-  line); a webhook URL's path after `/hooks/` or `/webhooks/` when it holds a key-like part, or on a host made
+  line); a webhook URL's path after `/hook(s)/` or `/webhook(s)/` when it holds a key-like part, or on a host made
   for webhooks (`hooks.zapier.com/hooks/catch/<account>/<hook>/`) when it holds an id; a vendor's short prefix
   before a hex key (`bkua_<40 hex>`, `cr-<58 hex>`, `key_<28 hex>`), a `<vendor>_live_`/`_test_` key; a hex or
   UUID key right after a vendor's name (`assemblyai = <32 hex>`, `ai21: <uuid>`; 40 or 64 digits, a commit's or a
@@ -43,7 +45,8 @@ output are built from redacted text; collapsing and chunking do not redact again
   Redis `AUTH [user] PASS` (a prompt, MONITOR output, a client's log), Travis CI's `secure: "<encrypted>"`,
   `aws ssm put-parameter --type SecureString --value …`, an `Authorization:` header, `curl -u user:PASS` (quoted too),
   `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`, `curl -u ":PASS"`,
-  `pulumi config set --secret NAME VALUE`, `netlify env:set NAME VALUE`, JS's `process.env.API_TOKEN ??= "…"`,
+  `pulumi config set --secret NAME VALUE`, `az keyvault secret set … --value VALUE`, `netlify env:set NAME VALUE`,
+  a Vault AppRole `secret_id=<uuid>`, SonarQube's bare `-Dsonar.login=<40 hex>`, `Bearer: <key>`, JS's `process.env.API_TOKEN ??= "…"`,
   `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
   account SID, `X-…-Token:` headers, `PsExec … -p PASS`, `slcli … -k KEY`, token-taking logins (`cargo login`,
   `wandb login`, `ngrok config add-authtoken`, `snyk auth`, `doctl auth init -t`, `netlify --auth`), .NET
@@ -74,15 +77,23 @@ as a key (mixed case and digits).
 Documented placeholders stay: AWS's own example keys (`AKIAIOSFODNN7EXAMPLE`), filler (`glpat-xxxx…`,
 `npm_XXXX…`, `rdme_XXXX_XXXX`, `xoxb-0000…-aaaa…`, `glc_EXAMPLETESTTEST…`, a zero UUID, `aaaa…1111…bbbb…`),
 typed-out alphabets (`AIzaSyabcdef…`, `aBcDeF…`, `ZyXwVu…`, `1a2b3c4d…`, `qwertyuiop…`, character-set constants),
-`<your-token>`, `@@DB_PASSWORD@@`, the documented URL pair `user:password` (`user:secret`), a short word or a short
+`<your-token>`, `INSERT_TOKEN_HERE`, `@@DB_PASSWORD@@`, `@@FILE:/path@@`, a shortened key (`27BZdTpu...SpU4C2vQSY=`),
+a value marked as a stand-in with nothing random beside it (`fakepass!`, `samplepwd`, `FIXME-later`, `value_to_replace`;
+`AKIAFAKE7Q2M…` keeps a key's shape and is redacted), the documented URL pair `user:password` (`user:secret`), a short word or a short
 typed-out value under a key or token name (`API_TOKEN=short`, `API_KEY=abcdef1234`; under a password or secret name
 it may be the weak password itself: `DB_PASSWORD=test1234` is redacted),
-a cache key (`cache key: v2-deps-<hex>`, `key: node-modules-<hex>`: words, then a hex digest).
+a cache key (`cache key: v2-deps-<hex>`, `key: node-modules-<hex>`, `Linux-pnpm-store-<sha256>`: words, then a hex
+digest), a resource's name under a secret's name (`imagePullSecret="relay-registry-credentials"`, `"secret":
+"awx-postgres-configuration"`: three or more lower-case parts ending in key, secret, auth, config, id and the like),
+code between two string literals (`secret='" + secret + "'`, `').append(mask(token)).append('`), a Go template with
+other delimiters (`[[ .Db.Password ]]`), an escaped reference (`'\\$DB_PASSWORD'`), a choice (`'true|false'`), a file of a
+common type (`icons/lock-secret.svg`), an annotation (`@javax.annotation.Generated`), Kotlin's `String?`.
 Every pattern has bounded repetition, so a huge line costs linear time; and a huge text costs a few fast scans:
 provider tokens are searched one literal prefix at a time, and every context rule looks only at the lines holding
 its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message of prose redacts in about 3 s.
 
-Redacting is idempotent: a placeholder is never matched again, so redacting twice equals redacting once.
+Redacting is idempotent: a placeholder is never matched again, and a text that changed is judged again until nothing
+more is found, so redacting twice equals redacting once.
 """
 
 from __future__ import annotations
@@ -90,6 +101,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import contextvars
 import functools
 import math
 import re
@@ -98,7 +110,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-REDACTION_VERSION = "15"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "16"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -113,6 +125,7 @@ KIND_PASSWORD = "password"
 KIND_WEBHOOK = "webhook-url"
 KIND_AZURE = "azure-key"
 KIND_TOKEN = "token"  # a credential known by its shape alone
+KIND_ENCODED = "encoded-secret"  # base64 of text that holds a secret
 # Provider tokens recognised by shape alone: (kind, pattern). Formats as published by the gitleaks rules
 # (cmd/generate/config/rules) and the vendors' docs; every repetition is bounded.
 _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
@@ -143,6 +156,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("sentry-token", r"\bsntry[su]_[A-Za-z0-9+/=_]{40,400}"),
     ("square-token", r"\b(?:sq0atp|sq0csp)-[\w-]{22,60}|\bEAAA[\w-]{60}\b"),
     ("sonar-token", r"\bsq[upa]_[0-9a-f]{40}\b"),
+    ("openshift-token", r"\bsha256~[A-Za-z0-9_-]{43}(?![\w-])"),  # an OpenShift OAuth access token
     ("databricks-token", r"\bdapi[0-9a-f]{32}(?:-\d)?\b"),
     ("doppler-token", r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}\b"),
     ("linear-key", r"\blin_(?:api|oauth)_[A-Za-z0-9]{40}\b"),
@@ -154,7 +168,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("newrelic-license-key", r"\b[a-f0-9]{36}NRAL\b"),
     ("pixie-key", r"\bpx-(?:api|dep)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
     ("atlassian-token", r"\bATATT3[\w=-]{150,300}"),
-    ("dynatrace-token", r"\bdt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}\b"),
+    ("dynatrace-token", r"\bdt0[a-z][0-9]{2}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}\b"),  # `dt0c01.` API, `dt0s01.` platform
     ("rubygems-key", r"\brubygems_[a-f0-9]{48}\b"),
     ("clojars-token", r"\bCLOJARS_[A-Za-z0-9]{60}\b"),
     ("intra42-secret", r"\bs-s4t2(?:ud|af)-[a-f0-9]{64}\b"),
@@ -218,6 +232,7 @@ SECRET_KINDS = tuple(
             KIND_PASSWORD,
             KIND_WEBHOOK,
             KIND_AZURE,
+            KIND_ENCODED,
             *(kind for kind, _ in _PROVIDER_TOKENS),
         )
     )
@@ -242,22 +257,23 @@ class SecretMatch:
 
 # ---- value judgements shared by the context rules --------------------------------------------------------------
 
-_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, $(cmd), %(x)s, %s, {{ var }}, {% %}, <%= %>, %VAR%, Ruby's #{var}
-    r"""^\$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\{%|<%|^%\w+%$|#\{"""
+_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, \$VAR, $(cmd), %(x)s, %s, {{ var }}, [[ .Var ]], {% %}, <%= %>, %VAR%, Ruby's #{var}
+    r"""^\\?\$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\[\[[ \t]*\.?[A-Za-z_]|\{%|<%|^%\w+%$|#\{"""
 )
 _FORMAT_FIELD = re.compile(r"""\{[A-Za-z_][\w.\[\]'"]*\}""")  # `{name}` in a format string
 _BRACKET_PAIRS = {")": "(", "]": "[", "}": "{"}
-_VALUE_CODE = re.compile(
-    r"os\.environ|(?<![A-Za-z])(?i:getenv)(?![A-Za-z])|process\.env|ENV\[|System\.getenv|Deno\.env|import\.meta\.env|secrets\.|settings\.|config\["
+_VALUE_CODE = re.compile(  # a lookup, code between two string literals (`').append(x).append('`), an annotation
+    r"^[ \t]*[),]|\)\.\w+\(|^@[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$|os\.environ|(?<![A-Za-z])(?i:getenv)(?![A-Za-z])|process\.env|ENV\[|System\.getenv|Deno\.env|import\.meta\.env|secrets\.|settings\.|config\["
 )
 _VALUE_PLACEHOLDER = re.compile(
     r"""^[^A-Za-z0-9]*\*{3,}[^A-Za-z0-9]*$|^(?:<[^<>]*>|x{3,}|X{3,}|\.{3,}|…|-+|_+|\?+|#+)$"""  # masks, blanks
-    r"""|(?:\.\.\.|…)$"""  # a shortened example: `sk_test_...`
+    r"""|(?:\.\.\.|…)$|\w(?:\.\.\.|…)\w"""  # a shortened example: `sk_test_...`, `27BZdTpu...SpU4C2vQSY=`
+    r"""|^(?:insert|enter|put|paste|add|type)[-_ ]\S{0,40}[-_ ]here$|(?<![A-Za-z])here$"""  # `INSERT_TOKEN_HERE`
     r"""|your[-_ ]?(?:[a-z]{1,20}[-_ ]){0,3}(?:key|token|secret|password|pass|pat)"""
     r"""|^replace[-_ ]?(?:me|this)"""  # REPLACE_ME is a blank to fill; `changeme` is a (weak) password
     r"""|^\[[A-Za-z][A-Za-z _-]{0,40}\]$"""  # `[PASSWORD]`: a bracketed blank, as in docs
     r"""|placeholder|redacted"""
-    r"""|^(?:@@|__|%%)[A-Za-z0-9_.-]{1,60}(?:@@|__|%%)$"""  # `@@DB_PASSWORD@@`: a deploy-time substitution
+    r"""|^(?:@@|__|%%)[A-Za-z0-9_.:/-]{1,60}(?:@@|__|%%)$"""  # `@@DB_PASSWORD@@`, `@@FILE:/path@@`: filled in at deploy
     r"""|(?<![A-Za-z0-9])(?:x{3,400}|X{3,400})(?![A-Za-z0-9])""",  # `rdme_XXXX_XXXX`, `xxxx.atlasv1.xxxx`
     re.IGNORECASE,
 )
@@ -271,8 +287,9 @@ _VALUE_HASH = re.compile(  # a stored password hash: LDAP `{SSHA}…`, Django `p
     r"^\{[A-Z0-9-]{2,20}\}[A-Za-z0-9+/=.]|^(?:pbkdf2|scrypt|argon2|bcrypt|sha\d{1,3}|md5)[\w:-]{0,30}\$",
     re.IGNORECASE,
 )
-_VALUE_PATH = re.compile(  # where a credential is kept, not the credential
+_VALUE_PATH = re.compile(  # where a credential is kept, not the credential; a file of a common type
     r"^(?:~|\.{1,2})?/\S*$|^[A-Za-z]:\\|\.(?:json|pem|key|p12|pfx|crt|cer|txt|ya?ml|env|toml|ini)$"
+    r"|^[\w.-]+(?:/[\w.-]+)+\.(?:png|jpe?g|gif|svg|ico|webp|pdf|html?|css|js|ts|py|rb|go|java|sh|md|xml|conf|cfg)$"
 )
 _VALUE_URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -432,14 +449,28 @@ def _is_blank(value: str) -> bool:
         or bool(_VALUE_HASH.search(value))
         or (bool(_VALUE_PATH.search(value)) and not _is_base64_key(value))  # `/L/4tJl…=`: a key, not a path
         or bool(_VALUE_URL.match(value))
+        or bool(_CONTENT_ADDRESSED.fullmatch(value))
+        or _is_marked_stand_in(value)
     )
 
 
+def _is_marked_stand_in(value: str) -> bool:
+    """`fakepasswd#`, `samplepwd`, `FIXME!px1`, `passord_to_replace`: a word saying the value stands in, and nothing
+    random beside it (`AKIAFAKE7Q2MZKD4RW6N`, `sk-FAKEkxbz5h…` are keys tagged for tests: their shape is a key's)."""
+    marker = _STAND_IN_WORD.search(value)
+    if marker is None:
+        return False
+    rest = value[: marker.start()] + value[marker.end() :]
+    return sum(c.isdigit() for c in rest) <= 4 and not (any(c.isupper() for c in rest) and any(c.islower() for c in rest))
+
+
 def _is_excluded_value(value: str) -> bool:
-    """`_is_blank`, or a word standing in for a value (`password = "password"`, `token: string`)."""
-    return _is_blank(value) or bool(_VALUE_WORD.match(value.strip()))
+    """`_is_blank`, or words standing in for a value (`password = "password"`, `token: string`, `'true|false'`)."""
+    return _is_blank(value) or all(_VALUE_WORD.match(word) for word in value.strip().split("|"))
 
 
+_STAND_IN_WORD = re.compile(r"(?-i:fake|sample|dummy)|fixme|to[-_]?replace|not[-_]?(?:a[-_]?)?real", re.IGNORECASE)
+_CONTENT_ADDRESSED = re.compile(r"(?:[A-Za-z][A-Za-z0-9]*-){2,}[0-9a-f]{40}(?:[0-9a-f]{24})?")  # `Linux-pnpm-store-<sha256>`
 _ADDRESS_VALUE = re.compile(r"(?:[A-Za-z]+[-_.])*(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?")  # `relay-ingest-10.0.12.7`
 
 
@@ -501,8 +532,8 @@ def _looks_like_code(value: str, following: str) -> bool:
         return True
     if _is_dotted_name(value):
         return True
-    if value.lower() in _TYPE_WORDS:
-        return True
+    if value.rstrip("?!").lower() in _TYPE_WORDS:
+        return True  # `str`, Kotlin's `String?`
     if not _IDENTIFIER.fullmatch(value):
         return False
     return not any(c.isdigit() for c in value) or ("_" in value and value.islower())  # `pw`, `s3_client`
@@ -571,7 +602,7 @@ _NOT_SECRET_AFTER = frozenset(
 _NOT_SECRET_BEFORE = frozenset(
     "is has show hide use should can allow enable disable require needs validate verify check hash hashed max min "
     "num total page next prev continuation cursor sync public no skip ignore mask masked redact redacted forgot "
-    "invalid wrong bad missing empty".split()
+    "invalid wrong bad missing empty pull".split()  # `imagePullSecret`: the name of a registry secret
 )
 _NOT_SECRET_KEY_QUALIFIERS = frozenset(  # database and storage keys: `bucket_key`, `primaryKey`, `schemaKey`
     "bucket foreign primary public pub schema sequence partition natural".split()
@@ -656,6 +687,12 @@ def _names_a_data_key(parts: tuple[str, ...]) -> bool:
 
 
 _ALNUM_ONLY = re.compile(r"[^a-z0-9]")
+_TYPE_NAME = re.compile(r"[A-Z][A-Za-z0-9]*")
+_RESOURCE_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+){2,}")  # three or more lower-case parts
+_NAMING_LAST = frozenset(
+    "key keys secret secrets token tokens auth authentication credential credentials creds password config "
+    "configuration id".split()
+)
 _IDENTIFIER_LIKE = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -671,9 +708,12 @@ def _names_a_secret(value: str, name: str) -> bool:
         return True  # `KeyMeshing = "id-Gost28147-89-None-KeyMeshing"`: the value spells the name
     if not _IDENTIFIER_LIKE.fullmatch(value):
         return False
+    if _RESOURCE_NAME.fullmatch(value) and re.split(r"[-_]", value)[-1] in _NAMING_LAST:
+        return True  # `awx-postgres-configuration`, `k8s-infra-key`, `foo_client_id`: a resource's name
     parts = _name_parts(value.replace(".", "_"))
     names_one = any(p.endswith(_STRONG_SUFFIXES) or p in ("key", "keys", "pass", "pwd") for p in parts)
-    type_like = bool(re.fullmatch(r"(?:[A-Z][A-Za-z0-9]*){2,}", value))  # `Ed25519PrivateKey`; not `Password123`
+    type_like = bool(_TYPE_NAME.fullmatch(value)) and sum(c.isupper() for c in value) >= 2  # `Ed25519PrivateKey`;
+    # not `Password123` (one pattern, not `(?:[A-Z][A-Za-z0-9]*){2,}`: that splits a long upper-case run every way)
     return names_one and (type_like or not any(c.isdigit() for c in value))
 
 
@@ -1036,6 +1076,8 @@ def _accept_yaml_phrase(m: re.Match[str]) -> bool:
         return False
     if _is_excluded_value(value) or _is_prose(value) or _ANNOTATED.match(value):
         return False
+    if value.split()[0].rstrip("?!").lower() in _TYPE_WORDS:
+        return False  # Kotlin's `val signingPassword: String? by project`: a type
     return any(c.isdigit() or c in _PROSE_SYMBOLS for c in value)
 
 
@@ -1287,7 +1329,7 @@ def _is_command_password(user: str, value: str) -> bool:
 
 
 def _is_encoded_private_key(m: re.Match[str]) -> bool:
-    return b"PRIVATE KEY" in _decoded_quads(m.group(0)[:80])
+    return b"PRIVATE KEY" in _decoded_quads("".join(m.group(0)[:100].split())[:80])  # wrapped lines joined
 
 
 def _is_token_like(m: re.Match[str]) -> bool:
@@ -1313,6 +1355,50 @@ def _decoded_quads(text: str) -> bytes:
 def _is_encoded_jwt(m: re.Match[str]) -> bool:
     """`ZXlK…` decodes to `eyJ…`: a JWT, or its header, when the decoded text is base64url with a dot or is long."""
     return bool(_ENCODED_JWT.match(_decoded_quads(m.group(0))))
+
+
+def _holds_encoded_secret(m: re.Match[str]) -> bool:
+    """Base64 that decodes to text (UTF-8, printable) in which the rules find a secret. Random tokens and digests
+    decode to binary and are dropped after a few bytes; decoded text is decoded again at most once more (a manifest
+    encoded whole, its values encoded too), so the work stays within twice the text's."""
+    depth = _decoding_depth.get()
+    if depth >= _ENCODED_DEPTH:
+        return False
+    run = "".join(m.group(0).split())  # a wrapped block's lines joined
+    if not _is_printable_text(_decoded_quads(run[:_ENCODED_PROBE])):
+        return False
+    try:
+        decoded = _decoded_quads(run).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    if not _is_printable_text(decoded.encode()):
+        return False
+    token = _decoding_depth.set(depth + 1)
+    try:
+        return bool(find_secrets(decoded))
+    finally:
+        _decoding_depth.reset(token)
+
+
+def _is_printable_text(data: bytes) -> bool:
+    """Bytes that read as text: UTF-8 letters, digits, punctuation and whitespace (no control bytes)."""
+    if not data:
+        return False
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if error.start < len(data) - 3:
+            return False  # a multi-byte character cut at the end of a probe is still text
+        text = data[: error.start].decode("utf-8")
+    return all(c.isprintable() or c in "\n\r\t" for c in text)
+
+
+_ENCODED_SHORTEST = 24  # base64 of `postgres://u:pw@db/app`, 18 bytes, is 24 characters
+_ENCODED_LONGEST = 16000
+_ENCODED_LINES = 2000  # a wrapped block judged whole: 2,000 lines of 76 columns, 150 KB
+_ENCODED_PROBE = 16  # 12 bytes: enough to tell text from random bytes, all printable ~1 time in 10^5
+_ENCODED_DEPTH = 2
+_decoding_depth: contextvars.ContextVar[int] = contextvars.ContextVar("decoding_depth", default=0)
 
 
 _ENCODED_JWT = re.compile(rb"eyJ[A-Za-z0-9_-]{8,}(?:\.|[A-Za-z0-9_-]{24})")
@@ -1361,7 +1447,7 @@ def _trigger(pattern: str) -> re.Pattern[str]:
 
 
 _RARE_COMMANDS = _trigger(  # one scan for the rules of rare commands and forms, each then judged on these lines only
-    "psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify|networkcredential|directoryentry|unseal|/api/v1/|pulumi"
+    "psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify|networkcredential|directoryentry|unseal|/api/v1/|pulumi|keyvault"
 )
 _NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|auth|_pat\b|-pat\b")  # in every name `_name_strength` accepts
 
@@ -1653,11 +1739,13 @@ _RULES: tuple[_Rule, ...] = (
         trigger=_trigger("private-lines"),
         lines=101,
     ),
-    _Rule(  # a PEM private key encoded once more in base64 (Kubernetes `tls.key:`, CI variables): `LS0tLS1CRUdJTi…`
+    _Rule(  # a PEM private key encoded once more in base64 (Kubernetes `tls.key:`, CI variables): `LS0tLS1CRUdJTi…`,
+        # one line or wrapped (`base64` wraps at 76 columns: each wrapped line whole)
         KIND_PRIVATE_KEY,
-        re.compile(r"\bLS0tLS1CRUdJTi[A-Za-z0-9+/]{40,16000}={0,2}"),
+        re.compile(r"\bLS0tLS1CRUdJTi[A-Za-z0-9+/]{40,16000}={0,2}(?:\r?\n[A-Za-z0-9+/]{4,200}={0,2}(?=\r?\n|$)){0,%d}" % _PEM_LINES),
         accept=_is_encoded_private_key,
         trigger=_trigger("ls0tls1crudjti"),
+        lines=_PEM_LINES,
     ),
     *_provider_rules(),
     _Rule(
@@ -1700,13 +1788,29 @@ _RULES: tuple[_Rule, ...] = (
         ("slack", "discord", "teams", "teams_old"),
         trigger=_trigger(r"hooks\.slack|discord|webhook\.office|outlook\.office"),
     ),
-    _Rule(  # any other webhook URL: the path after `/hooks/` or `/webhooks/` when a part of it is as random as a key,
+    _Rule(  # any other webhook URL: the path after `/hook(s)/` or `/webhook(s)/` when a part of it is as random as a key,
         # or on a host made for webhooks (`hooks.zapier.com/hooks/catch/<account>/<hook>/`) when a part is an id
         KIND_WEBHOOK,
-        re.compile(r"://(?P<host>[^\s/\"'<>]{1,100})/(?:[^\s/\"'<>?#]{1,100}/){0,4}(?:web)?hooks/(?P<path>[^\s\"'<>?#]{16,400})"),
+        re.compile(r"://(?P<host>[^\s/\"'<>]{1,100})/(?:[^\s/\"'<>?#]{1,100}/){0,4}(?:web)?hooks?/(?P<path>[^\s\"'<>?#]{16,400})"),
         ("path",),
         _accept_webhook_path,
-        _trigger("hooks/"),
+        _trigger(r"hooks?/"),
+    ),
+    _Rule(  # a Vault AppRole `secret_id` is a UUID and the role's password (elsewhere a `*_id` names, not holds, a secret)
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)(?<![A-Za-z])secret[_-]?id[\"'`]?[ \t]*[:=][ \t]*[\"'`]?"
+            r"(?P<value>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\b"
+        ),
+        ("value",),
+        lambda m: not _is_blank(m.group("value")) and not all(len(set(group)) == 1 for group in m.group("value").split("-")),
+        _trigger(r"secret[_-]?id"),
+    ),
+    _Rule(  # SonarQube's older tokens are 40 bare hex digits, known by their setting: `-Dsonar.login=…`, `$sonarLogin = "…"`
+        "sonar-token",
+        re.compile(r"(?i)sonar[._]?(?:login|token)[\"'\s,:=]{1,6}(?P<value>[0-9a-f]{40})\b"),
+        ("value",),
+        trigger=_trigger("sonar"),
     ),
     _Rule(  # a presigned URL's signature (S3 `X-Amz-Signature=`, GCS `X-Goog-Signature=`, CloudFront `Signature=`)
         KIND_TOKEN,
@@ -1766,7 +1870,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(  # `"X-Auth": "Bearer <hex>"`, `token: Bearer <key>`: the scheme word says a credential follows, any header
         KIND_PASSWORD,
-        re.compile(r"\b[Bb]earer[ \t]+(?P<value>[A-Za-z0-9._~+/-]{15,4096}[A-Za-z0-9_~+/-]={0,2})(?![A-Za-z0-9_~+/=-]|\.\w)"),
+        re.compile(r"\b[Bb]earer:?[ \t]+(?P<value>[A-Za-z0-9._~+/-]{15,4096}[A-Za-z0-9_~+/-]={0,2})(?![A-Za-z0-9_~+/=-]|\.\w)"),
         ("value",),
         lambda m: not _is_excluded_value(m.group("value")) and _is_key_value(m.group("value"))
         and not _runs_into_placeholder(m.string, m.end()),
@@ -1948,11 +2052,12 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: not _first_group(m, "dq", "sq", "bare").startswith("-") and not _is_excluded_value(_first_group(m, "dq", "sq", "bare")),
         _RARE_COMMANDS,
     ),
-    _Rule(  # pulumi config set --secret NAME VALUE (the flag says the value is a secret, whatever the name);
-        # netlify env:set NAME VALUE under a credential's name
+    _Rule(  # pulumi config set --secret NAME VALUE and az keyvault secret set … --value VALUE (the command says the
+        # value is a secret, whatever the name); netlify env:set NAME VALUE under a credential's name
         KIND_PASSWORD,
         re.compile(
-            r"\bpulumi[ \t]+config[ \t]+set[ \t]+--secret[ \t]+[\w.:-]{1,100}[ \t]+" + _SHELL_WORD
+            r"(?:\bpulumi[ \t]+config[ \t]+set[ \t]+--secret[ \t]+[\w.:-]{1,100}"
+            r"|\baz[ \t]+keyvault[ \t]+secret[ \t]+set\b[^\n|;&]{0,200}?[ \t]--value)[ \t]+" + _SHELL_WORD
             + r"|\bnetlify[ \t]+env:set[ \t]+(?P<name>[A-Za-z_]\w{0,100})[ \t]+" + _SHELL_WORD.replace("?P<", "?P<env_")
         ),
         ("dq", "sq", "bare", "env_dq", "env_sq", "env_bare"),
@@ -2206,6 +2311,18 @@ _RULES: tuple[_Rule, ...] = (
         _NAME_WORD,
     ),
     _Rule(KIND_TOKEN, _TOKEN_RUN, ("value",), _accept_shaped_token),  # a key of a vendor no rule knows, by its shape
+    _Rule(  # base64 of text that holds a secret: a Kubernetes Secret's `data:` value (`cG9zdGdyZXM6Ly91…`), an encoded
+        # manifest or .env, on one line or wrapped (`base64` wraps at 76 columns: the block is judged whole, so a
+        # secret across two lines is found and a block costs one judgement, not one a line); last, so a more
+        # specific kind wins where finds overlap (`Authorization: Basic <base64>` stays a password)
+        KIND_ENCODED,
+        re.compile(
+            r"(?<![\w+/.-])[A-Za-z0-9+/]{%d,%d}={0,2}" % (_ENCODED_SHORTEST, _ENCODED_LONGEST)
+            + r"(?:\r?\n[A-Za-z0-9+/]{20,%d}={0,2}(?=\r?\n|$)){0,%d}" % (_ENCODED_LONGEST, _ENCODED_LINES)
+            + r"(?:\r?\n[A-Za-z0-9+/]{4,19}={0,2}(?=\r?\n|$))?(?![\w+/=.-])"  # a wrapped block's short last line
+        ),
+        accept=_holds_encoded_secret,
+    ),
 )
 
 
@@ -2304,17 +2421,49 @@ def _overlaps_any(span: tuple[int, int], sorted_spans: list[tuple[int, int]]) ->
 
 
 def redact(text: str) -> str:
-    """`text` with every secret replaced by its typed placeholder; idempotent."""
-    if not text:
-        return text
-    matches = find_secrets(text)
-    if not matches:
-        return text
+    """`text` with every secret replaced by its typed placeholder; idempotent: after a change the lines around each
+    new placeholder are judged again (cheap), and if anything more is found there the whole text is redacted again
+    (a value judged beside a neighbour that turns out to be a secret, `token: <key> password=…`, is judged alone
+    once the neighbour is a placeholder), so redacting twice equals redacting once."""
+    for _ in range(_REDACT_ROUNDS):
+        matches = find_secrets(text) if text else []
+        if not matches:
+            return text
+        text, inserted = _replaced(text, matches)
+        if not any(find_secrets(text[start:end]) for start, end in _lines_around(text, inserted)):
+            return text
+    return text
+
+
+_REDACT_ROUNDS = 4  # each round adds placeholders or ends; on every corpus the first finds all
+
+
+def _replaced(text: str, matches: list[SecretMatch]) -> tuple[str, list[int]]:
+    """`text` with `matches` replaced by placeholders, and where each placeholder starts in the result."""
     pieces: list[str] = []
-    position = 0
+    inserted: list[int] = []
+    position = length = 0
     for match in matches:
-        pieces.append(text[position : match.start])
-        pieces.append(placeholder(match.kind))
+        before = text[position : match.start]
+        pieces.append(before)
+        inserted.append(length + len(before))
+        pieces.append(mark := placeholder(match.kind))
+        length += len(before) + len(mark)
         position = match.end
     pieces.append(text[position:])
-    return "".join(pieces)
+    return "".join(pieces), inserted
+
+
+def _lines_around(text: str, positions: list[int]) -> list[tuple[int, int]]:
+    """The line of each position with one line either side, merged where they meet."""
+    spans: list[tuple[int, int]] = []
+    for position in positions:
+        start = text.rfind("\n", 0, max(0, text.rfind("\n", 0, position))) + 1
+        end_of_line = text.find("\n", position)
+        following = -1 if end_of_line == -1 else text.find("\n", end_of_line + 1)
+        end = len(text) if following == -1 else following
+        if spans and start <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            spans.append((start, end))
+    return spans
