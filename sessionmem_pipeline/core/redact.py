@@ -10,8 +10,8 @@ output are built from redacted text; collapsing and chunking do not redact again
   tokens, webhook URLs, Azure SAS signatures, presigned URL signatures (`X-Amz-Signature=`, `X-Goog-Signature=`,
   `Signature=`), private-key blocks in any carrier (PEM, OpenSSH, PGP; plain lines, `\n`-escaped in a string,
   dashes shortened, base64-encoded once more: `LS0tLS1CRUdJTi…`, on one line or wrapped), base64 of any text in which
-  these rules find a secret (a Kubernetes Secret's `data:` value, an encoded .env; decoded at most twice, typed
-  `encoded-secret`), OpenShift OAuth tokens (`sha256~…`), JWTs and any three-part token whose first two
+  these rules find a secret (a Kubernetes Secret's `data:` value, an encoded .env; one line or a block wrapped at
+  76 or 64 columns, judged whole; decoded at most twice, typed `encoded-secret`), OpenShift OAuth tokens (`sha256~…`), JWTs and any three-part token whose first two
   parts are base64 of JSON (`ey…`, padding too), a JWT base64-encoded once more (`ZXlK…`) and base64 of a JSON
   object holding a key (`eyJrIjoi…`) are redacted wherever they appear;
   so is a key of a vendor no rule knows, by its shape: a short lower-case prefix then a random body (`tvly-…`,
@@ -110,7 +110,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-REDACTION_VERSION = "16"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "17"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -258,17 +258,17 @@ class SecretMatch:
 # ---- value judgements shared by the context rules --------------------------------------------------------------
 
 _VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, \$VAR, $(cmd), %(x)s, %s, {{ var }}, [[ .Var ]], {% %}, <%= %>, %VAR%, Ruby's #{var}
-    r"""^\\?\$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\[\[[ \t]*\.?[A-Za-z_]|\{%|<%|^%\w+%$|#\{"""
+    r"""^\$|^\\\$[A-Z_][A-Z0-9_]{2,}$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\[\[[ \t]*\.?[A-Za-z_]|\{%|<%|^%\w+%$|#\{"""
 )
 _FORMAT_FIELD = re.compile(r"""\{[A-Za-z_][\w.\[\]'"]*\}""")  # `{name}` in a format string
 _BRACKET_PAIRS = {")": "(", "]": "[", "}": "{"}
 _VALUE_CODE = re.compile(  # a lookup, code between two string literals (`').append(x).append('`), an annotation
-    r"^[ \t]*[),]|\)\.\w+\(|^@[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$|os\.environ|(?<![A-Za-z])(?i:getenv)(?![A-Za-z])|process\.env|ENV\[|System\.getenv|Deno\.env|import\.meta\.env|secrets\.|settings\.|config\["
+    r"^[ \t]*[),].{0,200}?[A-Za-z_]\w*\(|\)\.\w+\(|^@[a-z]\w*(?:\.[a-z]\w*)+\.[A-Z][A-Za-z]*$|os\.environ|(?<![A-Za-z])(?i:getenv)(?![A-Za-z])|process\.env|ENV\[|System\.getenv|Deno\.env|import\.meta\.env|secrets\.|settings\.|config\["
 )
 _VALUE_PLACEHOLDER = re.compile(
     r"""^[^A-Za-z0-9]*\*{3,}[^A-Za-z0-9]*$|^(?:<[^<>]*>|x{3,}|X{3,}|\.{3,}|…|-+|_+|\?+|#+)$"""  # masks, blanks
-    r"""|(?:\.\.\.|…)$|\w(?:\.\.\.|…)\w"""  # a shortened example: `sk_test_...`, `27BZdTpu...SpU4C2vQSY=`
-    r"""|^(?:insert|enter|put|paste|add|type)[-_ ]\S{0,40}[-_ ]here$|(?<![A-Za-z])here$"""  # `INSERT_TOKEN_HERE`
+    r"""|(?:\.\.\.|…)$|^[\w+/=-]{6,}(?:\.\.\.|…)[\w+/=-]{6,}$"""  # shortened: `sk_test_...`, `27BZdTpu...SpU4C2vQSY=`
+    r"""|^(?:insert|enter|put|paste|add|type)[-_ ]\S{0,40}[-_ ]here$|^(?-i:[A-Z][A-Z0-9_]*_HERE)$"""  # `INSERT_TOKEN_HERE`
     r"""|your[-_ ]?(?:[a-z]{1,20}[-_ ]){0,3}(?:key|token|secret|password|pass|pat)"""
     r"""|^replace[-_ ]?(?:me|this)"""  # REPLACE_ME is a blank to fill; `changeme` is a (weak) password
     r"""|^\[[A-Za-z][A-Za-z _-]{0,40}\]$"""  # `[PASSWORD]`: a bracketed blank, as in docs
@@ -449,19 +449,22 @@ def _is_blank(value: str) -> bool:
         or bool(_VALUE_HASH.search(value))
         or (bool(_VALUE_PATH.search(value)) and not _is_base64_key(value))  # `/L/4tJl…=`: a key, not a path
         or bool(_VALUE_URL.match(value))
-        or bool(_CONTENT_ADDRESSED.fullmatch(value))
         or _is_marked_stand_in(value)
     )
 
 
 def _is_marked_stand_in(value: str) -> bool:
     """`fakepasswd#`, `samplepwd`, `FIXME!px1`, `passord_to_replace`: a word saying the value stands in, and nothing
-    random beside it (`AKIAFAKE7Q2MZKD4RW6N`, `sk-FAKEkxbz5h…` are keys tagged for tests: their shape is a key's)."""
+    random beside it (`AKIAFAKE7Q2MZKD4RW6N`, `sk-FAKEkxbz5h…` are keys tagged for tests: their shape is a key's;
+    `sample2024` may be a weak password: digits beside `fake`, `sample`, `dummy` or `notreal` keep it one)."""
     marker = _STAND_IN_WORD.search(value)
     if marker is None:
         return False
     rest = value[: marker.start()] + value[marker.end() :]
-    return sum(c.isdigit() for c in rest) <= 4 and not (any(c.isupper() for c in rest) and any(c.islower() for c in rest))
+    digits = sum(c.isdigit() for c in rest)
+    if digits > (0 if marker.group("weak") else 4):
+        return False  # `sample2024`, `dummy2024`: a weak password may hold such a word (`FIXME!px1` may not)
+    return not (any(c.isupper() for c in rest) and any(c.islower() for c in rest))
 
 
 def _is_excluded_value(value: str) -> bool:
@@ -469,8 +472,7 @@ def _is_excluded_value(value: str) -> bool:
     return _is_blank(value) or all(_VALUE_WORD.match(word) for word in value.strip().split("|"))
 
 
-_STAND_IN_WORD = re.compile(r"(?-i:fake|sample|dummy)|fixme|to[-_]?replace|not[-_]?(?:a[-_]?)?real", re.IGNORECASE)
-_CONTENT_ADDRESSED = re.compile(r"(?:[A-Za-z][A-Za-z0-9]*-){2,}[0-9a-f]{40}(?:[0-9a-f]{24})?")  # `Linux-pnpm-store-<sha256>`
+_STAND_IN_WORD = re.compile(r"(?P<weak>(?-i:fake|sample|dummy)|not[-_]?(?:a[-_]?)?real)|fixme|to[-_]?replace", re.IGNORECASE)
 _ADDRESS_VALUE = re.compile(r"(?:[A-Za-z]+[-_.])*(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?")  # `relay-ingest-10.0.12.7`
 
 
@@ -602,7 +604,7 @@ _NOT_SECRET_AFTER = frozenset(
 _NOT_SECRET_BEFORE = frozenset(
     "is has show hide use should can allow enable disable require needs validate verify check hash hashed max min "
     "num total page next prev continuation cursor sync public no skip ignore mask masked redact redacted forgot "
-    "invalid wrong bad missing empty pull".split()  # `imagePullSecret`: the name of a registry secret
+    "invalid wrong bad missing empty".split()
 )
 _NOT_SECRET_KEY_QUALIFIERS = frozenset(  # database and storage keys: `bucket_key`, `primaryKey`, `schemaKey`
     "bucket foreign primary public pub schema sequence partition natural".split()
@@ -675,6 +677,8 @@ def _name_strength(name: str) -> int:
         return _NONE
     if any(part in _NOT_SECRET_BEFORE for part in parts[:last_index]):
         return _NONE
+    if {"image", "pull"} <= set(parts[:last_index]):
+        return _NONE  # `imagePullSecrets`: names a registry secret (`REGISTRY_PULL_PASSWORD`, `PULL_SECRET` hold one)
     return best
 
 
@@ -708,8 +712,9 @@ def _names_a_secret(value: str, name: str) -> bool:
         return True  # `KeyMeshing = "id-Gost28147-89-None-KeyMeshing"`: the value spells the name
     if not _IDENTIFIER_LIKE.fullmatch(value):
         return False
-    if _RESOURCE_NAME.fullmatch(value) and re.split(r"[-_]", value)[-1] in _NAMING_LAST:
-        return True  # `awx-postgres-configuration`, `k8s-infra-key`, `foo_client_id`: a resource's name
+    if _RESOURCE_NAME.fullmatch(value) and re.split(r"[-_]", value)[-1] in _NAMING_LAST and not _is_password_name(name):
+        return True  # `awx-postgres-configuration`, `k8s-infra-key`, `foo_client_id`: a resource's name (under a
+        # password's name, `river-stone-auth` may be a passphrase)
     parts = _name_parts(value.replace(".", "_"))
     names_one = any(p.endswith(_STRONG_SUFFIXES) or p in ("key", "keys", "pass", "pwd") for p in parts)
     type_like = bool(_TYPE_NAME.fullmatch(value)) and sum(c.isupper() for c in value) >= 2  # `Ed25519PrivateKey`;
@@ -736,6 +741,7 @@ class _Rule:
     accept: Accept = _always
     trigger: re.Pattern[str] | None = None  # found (lower-cased) on the line of every match; None: look everywhere
     lines: int = 1  # how many lines from the trigger's a match may span
+    retry_inside: bool = True  # whether a rejected match's text is searched again (a block judged whole: not)
 
 
 def _has_letter_and_digit(m: re.Match[str]) -> bool:
@@ -1226,7 +1232,7 @@ def _is_labelled_hex(value: str) -> bool:
     )  # `key_<hex>`, `sk-<hex>`: a credential's prefix, not a label
 
 
-_LABEL = re.compile(r"[a-z]{2,}|v\d{1,3}")
+_LABEL = re.compile(r"[A-Za-z][a-z]+|v\d{1,3}")  # `Linux-pnpm-store-<sha256>` too
 
 
 def _word_before(text: str, start: int) -> str:
@@ -1364,20 +1370,29 @@ def _holds_encoded_secret(m: re.Match[str]) -> bool:
     depth = _decoding_depth.get()
     if depth >= _ENCODED_DEPTH:
         return False
-    run = "".join(m.group(0).split())  # a wrapped block's lines joined
-    if not _is_printable_text(_decoded_quads(run[:_ENCODED_PROBE])):
-        return False
-    try:
-        decoded = _decoded_quads(run).decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    if not _is_printable_text(decoded.encode()):
+    lines = m.group(0).split()
+    decoded = _decoded_text("".join(lines))
+    if decoded is None and len(lines) > 1:
+        decoded = _decoded_text("".join(lines[:-1]))  # a word after the block (`Done`) read as its last line
+    if decoded is None:
         return False
     token = _decoding_depth.set(depth + 1)
     try:
         return bool(find_secrets(decoded))
     finally:
         _decoding_depth.reset(token)
+
+
+def _decoded_text(run: str) -> str | None:
+    """`run` decoded from base64 when that gives printable UTF-8 text (judged on a few bytes first: random bytes
+    fail there)."""
+    if not _is_printable_text(_decoded_quads(run[:_ENCODED_PROBE])):
+        return None
+    try:
+        decoded = _decoded_quads(run).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return decoded if _is_printable_text(decoded.encode()) else None
 
 
 def _is_printable_text(data: bytes) -> bool:
@@ -1396,6 +1411,7 @@ def _is_printable_text(data: bytes) -> bool:
 _ENCODED_SHORTEST = 24  # base64 of `postgres://u:pw@db/app`, 18 bytes, is 24 characters
 _ENCODED_LONGEST = 16000
 _ENCODED_LINES = 2000  # a wrapped block judged whole: 2,000 lines of 76 columns, 150 KB
+_WRAP_WIDTHS = (76, 64)
 _ENCODED_PROBE = 16  # 12 bytes: enough to tell text from random bytes, all printable ~1 time in 10^5
 _ENCODED_DEPTH = 2
 _decoding_depth: contextvars.ContextVar[int] = contextvars.ContextVar("decoding_depth", default=0)
@@ -1587,8 +1603,9 @@ _PUBLIC_PARTS = frozenset({"public", "pub"})  # `public_key = <base64>`: publish
 def _stands_alone(text: str, start: int, end: int) -> bool:
     """Not a named value, not a hash after its label, not base64 media, not inside a PEM block or a wrapped base64
     block: the places where a random token is data rather than a credential."""
-    line_start = text.rfind("\n", 0, start) + 1
-    before = text[max(line_start, start - 80) : start]
+    newline_before = text.rfind("\n", max(0, start - _LINE_REACH), start)
+    line_start = newline_before + 1 if newline_before != -1 or start <= _LINE_REACH else None  # None: far back
+    before = text[max(line_start or 0, start - 80) : start]
     if _HASH_LABEL.search(before) or before.endswith(_DATA_BEFORE):
         return False
     if _NAMED_VALUE_BEFORE.search(before) and (_names_data(before, text[start:end]) or _HEX_NUMBER.fullmatch(text, start, end)):
@@ -1600,10 +1617,16 @@ def _stands_alone(text: str, start: int, end: int) -> bool:
         header_end = text.find("-----", begin + 10, start)
         if header_end == -1 or not _NOT_PEM_BODY.search(text, header_end + 5, start):
             return False  # inside a PEM block (a block cut short ends where its base64 body does)
-    line_end = text.find("\n", end)
+    line_end = text.find("\n", end, end + _LINE_REACH)
+    if line_end == -1 and end + _LINE_REACH < len(text) or line_start is None:
+        return True  # on a line running far past the token (searched no further: one huge line of tokens stays linear)
     line_end = len(text) if line_end == -1 else line_end
-    alone_on_line = not text[line_start:start].strip() and not text[end:line_end].strip()
+    alone_on_line = _NOT_BLANK.search(text, line_start, start) is None and _NOT_BLANK.search(text, end, line_end) is None
     return not (alone_on_line and _is_wrapped_base64_line(text, line_start, line_end))
+
+
+_LINE_REACH = 4096  # how far `_stands_alone` looks for the ends of a token's line
+_NOT_BLANK = re.compile(r"\S")
 
 
 def _is_wrapped_base64_line(text: str, line_start: int, line_end: int) -> bool:
@@ -1622,12 +1645,15 @@ def _is_wrapped_base64_line(text: str, line_start: int, line_end: int) -> bool:
 
 
 _WEBHOOK_SECRET_SHORTEST = 16
+_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 
 
 def _is_webhook_secret(part: str) -> bool:
-    """A part of a webhook's path that is its secret: 16 or more letters and digits, both (not `deliveries`, an id)."""
+    """A part of a webhook's path that is its secret: 16 or more letters and digits, both (not `deliveries`, not a
+    ULID: `/webhook/deliveries/01ARZ3NDEK…` names a delivery)."""
     return (
         len(part) >= _WEBHOOK_SECRET_SHORTEST
+        and not _ULID.fullmatch(part)
         and any(c.isdigit() for c in part)
         and any(c.isalpha() for c in part)
         and not _is_excluded_value(part)
@@ -1740,9 +1766,12 @@ _RULES: tuple[_Rule, ...] = (
         lines=101,
     ),
     _Rule(  # a PEM private key encoded once more in base64 (Kubernetes `tls.key:`, CI variables): `LS0tLS1CRUdJTi…`,
-        # one line or wrapped (`base64` wraps at 76 columns: each wrapped line whole)
+        # one line or wrapped (`base64` wraps at 76 columns: each wrapped line whole, a short last one padded)
         KIND_PRIVATE_KEY,
-        re.compile(r"\bLS0tLS1CRUdJTi[A-Za-z0-9+/]{40,16000}={0,2}(?:\r?\n[A-Za-z0-9+/]{4,200}={0,2}(?=\r?\n|$)){0,%d}" % _PEM_LINES),
+        re.compile(
+            r"\bLS0tLS1CRUdJTi[A-Za-z0-9+/]{40,16000}={0,2}"
+            r"(?:\r?\n(?:[A-Za-z0-9+/]{20,200}={0,2}|[A-Za-z0-9+/]{1,19}={1,2})(?=\r?\n|$)){0,%d}" % _PEM_LINES
+        ),
         accept=_is_encoded_private_key,
         trigger=_trigger("ls0tls1crudjti"),
         lines=_PEM_LINES,
@@ -1796,15 +1825,16 @@ _RULES: tuple[_Rule, ...] = (
         _accept_webhook_path,
         _trigger(r"hooks?/"),
     ),
-    _Rule(  # a Vault AppRole `secret_id` is a UUID and the role's password (elsewhere a `*_id` names, not holds, a secret)
+    _Rule(  # a Vault AppRole `secret_id` (Vault's own spelling, or under a name saying vault or approle) is a UUID and the
+        # role's password (elsewhere a `*_id` names a secret: `secretId`, `AZURE_CLIENT_SECRET_ID`)
         KIND_PASSWORD,
         re.compile(
-            r"(?i)(?<![A-Za-z])secret[_-]?id[\"'`]?[ \t]*[:=][ \t]*[\"'`]?"
+            r"(?:(?<![\w-])secret_id|(?i:vault|approle)\w{0,40}?(?i:secret_?id))[\"'`]?[ \t]*[:=][ \t]*[\"'`]?"
             r"(?P<value>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\b"
         ),
         ("value",),
         lambda m: not _is_blank(m.group("value")) and not all(len(set(group)) == 1 for group in m.group("value").split("-")),
-        _trigger(r"secret[_-]?id"),
+        _trigger(r"secret_?id"),
     ),
     _Rule(  # SonarQube's older tokens are 40 bare hex digits, known by their setting: `-Dsonar.login=…`, `$sonarLogin = "…"`
         "sonar-token",
@@ -2317,11 +2347,15 @@ _RULES: tuple[_Rule, ...] = (
         # specific kind wins where finds overlap (`Authorization: Basic <base64>` stays a password)
         KIND_ENCODED,
         re.compile(
-            r"(?<![\w+/.-])[A-Za-z0-9+/]{%d,%d}={0,2}" % (_ENCODED_SHORTEST, _ENCODED_LONGEST)
-            + r"(?:\r?\n[A-Za-z0-9+/]{20,%d}={0,2}(?=\r?\n|$)){0,%d}" % (_ENCODED_LONGEST, _ENCODED_LINES)
-            + r"(?:\r?\n[A-Za-z0-9+/]{4,19}={0,2}(?=\r?\n|$))?(?![\w+/=.-])"  # a wrapped block's short last line
+            r"(?<![\w+/.-])(?:"
+            + "|".join(  # a block wrapped at 76 (base64, MIME) or 64 (PEM, openssl) columns, then its last line
+                r"(?:[A-Za-z0-9+/]{%d}\r?\n[ \t]*){1,%d}[A-Za-z0-9+/]{0,%d}={0,2}" % (width, _ENCODED_LINES, width)
+                for width in _WRAP_WIDTHS
+            )
+            + r"|[A-Za-z0-9+/]{%d,%d}={0,2})(?![\w+/=.-])" % (_ENCODED_SHORTEST, _ENCODED_LONGEST)  # or one run
         ),
         accept=_holds_encoded_secret,
+        retry_inside=False,
     ),
 )
 
@@ -2335,7 +2369,8 @@ def _span(rule: _Rule, m: re.Match[str]) -> tuple[int, int] | None:
 
 def _candidates(rule: _Rule, text: str, start: int, end: int) -> Iterator[re.Match[str]]:
     """The rule's accepted matches in `text[start:end]`. A rejected match gives its text back, so
-    `-var="db_password=…"` is still seen after `var="…"` was judged not a secret."""
+    `-var="db_password=…"` is still seen after `var="…"` was judged not a secret (unless the rule judges blocks
+    whole: a wrapped base64 block rejected is not searched again from each of its lines, which costs the square)."""
     position = start
     while (m := rule.pattern.search(text, position, end)) is not None:
         span = _span(rule, m)
@@ -2343,7 +2378,7 @@ def _candidates(rule: _Rule, text: str, start: int, end: int) -> Iterator[re.Mat
             yield m
             position = max(m.end(), m.start() + 1)
         else:
-            position = m.start() + 1
+            position = m.start() + 1 if rule.retry_inside else max(m.end(), m.start() + 1)
 
 
 def _lines_with(trigger: re.Pattern[str], text: str, lowered: str, count: int = 1) -> list[tuple[int, int]]:
