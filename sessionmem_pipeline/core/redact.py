@@ -46,7 +46,10 @@ output are built from redacted text; collapsing and chunking do not redact again
   `aws ssm put-parameter --type SecureString --value …`, an `Authorization:` header, `curl -u user:PASS` (quoted too),
   `mysql -pPASS`, `sshpass -p PASS`, `docker login … -p PASS`, `ConvertTo-SecureString "PASS"`, `curl -u ":PASS"`,
   `pulumi config set --secret NAME VALUE`, `az keyvault secret set … --value VALUE`, `netlify env:set NAME VALUE`,
-  a Vault AppRole `secret_id=<uuid>`, SonarQube's bare `-Dsonar.login=<40 hex>`, `Bearer: <key>`, JS's `process.env.API_TOKEN ??= "…"`,
+  a Vault AppRole `secret_id=<uuid>`, SonarQube's bare `-Dsonar.login=<40 hex>`, `Bearer: <key>`, a CloudFormation
+  `NoEcho: true` parameter's `Default:`, a `.pgpass` line's password, an .npmrc `:_authToken=`, the literal a password
+  call is given last (`user.ChangePassword(old, "…")`), anything up to a blank after an `Authorization:` scheme word
+  (`Bearer b@d0@h3C70K3n`), JS's `process.env.API_TOKEN ??= "…"`,
   `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
   account SID, `X-…-Token:` headers, `PsExec … -p PASS`, `slcli … -k KEY`, token-taking logins (`cargo login`,
   `wandb login`, `ngrok config add-authtoken`, `snyk auth`, `doctl auth init -t`, `netlify --auth`), .NET
@@ -87,7 +90,9 @@ digest), a resource's name under a secret's name (`imagePullSecret="relay-regist
 "awx-postgres-configuration"`: three or more lower-case parts ending in key, secret, auth, config, id and the like),
 code between two string literals (`secret='" + secret + "'`, `').append(mask(token)).append('`), a Go template with
 other delimiters (`[[ .Db.Password ]]`), an escaped reference (`'\\$DB_PASSWORD'`), a choice (`'true|false'`), a file of a
-common type (`icons/lock-secret.svg`), an annotation (`@javax.annotation.Generated`), Kotlin's `String?`.
+common type (`icons/lock-secret.svg`), an annotation (`@javax.annotation.Generated`), Kotlin's `String?`, a date
+(`password_last_used: 2026-10-18T21:42:00Z`), an ARM expression (`[parameters('dbPassword')]`), `changeme` under a
+key or token name (under a password name it is the weak password), an idempotency token (`clientRequestToken`).
 Every pattern has bounded repetition, so a huge line costs linear time; and a huge text costs a few fast scans:
 provider tokens are searched one literal prefix at a time, and every context rule looks only at the lines holding
 its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message of prose redacts in about 3 s.
@@ -110,7 +115,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-REDACTION_VERSION = "17"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "18"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -257,8 +262,9 @@ class SecretMatch:
 
 # ---- value judgements shared by the context rules --------------------------------------------------------------
 
-_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, \$VAR, $(cmd), %(x)s, %s, {{ var }}, [[ .Var ]], {% %}, <%= %>, %VAR%, Ruby's #{var}
-    r"""^\$|^\\\$[A-Z_][A-Z0-9_]{2,}$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\[\[[ \t]*\.?[A-Za-z_]|\{%|<%|^%\w+%$|#\{"""
+_VALUE_REFERENCE = re.compile(  # ${VAR}, $VAR, \$VAR, $(cmd), %(x)s, %s, {{ var }}, [[ .Var ]], {% %}, <%= %>, %VAR%, Ruby's #{var},
+    # an ARM template expression `[parameters('dbPassword')]`
+    r"""^\$|^\\\$[A-Z_][A-Z0-9_]{2,}$|^\[(?:parameters|variables)\('[\w.-]{1,100}'\)\]$|\$\{|\$\(|%\(\w+\)|%[sdr]\b|\{\{|\[\[[ \t]*\.?[A-Za-z_]|\{%|<%|^%\w+%$|#\{"""
 )
 _FORMAT_FIELD = re.compile(r"""\{[A-Za-z_][\w.\[\]'"]*\}""")  # `{name}` in a format string
 _BRACKET_PAIRS = {")": "(", "]": "[", "}": "{"}
@@ -589,7 +595,7 @@ _JOINED_KEY_LONGEST = 12  # `iamkey`, `slkey`: a short joined `…key` is a gene
 _STRONG_SUFFIXES = (*_PASSWORD_SUFFIXES, "secret", "token", "credential", "credentials", "apikey")
 _KEY_QUALIFIERS = frozenset(
     "api secret access private auth encryption signing master license client app service account webhook "
-    "subscription admin session hmac jwt crypt encrypt decrypt cipher aes deploy".split()
+    "subscription admin session hmac jwt crypt encrypt decrypt cipher aes deploy consumer".split()
 )
 _NOT_SECRET_AFTER = frozenset(
     "length len min max limit limits count counts ttl expiry expires expiration expire expired timeout url uri urls "
@@ -599,7 +605,7 @@ _NOT_SECRET_AFTER = frozenset(
     "title tooltip caption question location provider source version rotation usage budget counter index idx "
     "strategy validator validation input widget lifetime age manager class method stdin command cmd helper store "
     "schema model test check strength score reset encoding algorithm alg scheme style color re "
-    "sha1 sha256 sha512 md5 bcrypt".split()
+    "sha1 sha256 sha512 md5 bcrypt reuse prevention last".split()
 )
 _NOT_SECRET_BEFORE = frozenset(
     "is has show hide use should can allow enable disable require needs validate verify check hash hashed max min "
@@ -677,8 +683,9 @@ def _name_strength(name: str) -> int:
         return _NONE
     if any(part in _NOT_SECRET_BEFORE for part in parts[:last_index]):
         return _NONE
-    if {"image", "pull"} <= set(parts[:last_index]):
-        return _NONE  # `imagePullSecrets`: names a registry secret (`REGISTRY_PULL_PASSWORD`, `PULL_SECRET` hold one)
+    if {"image", "pull"} <= set(parts[:last_index]) or {"client", "request"} <= set(parts[:last_index]):
+        return _NONE  # `imagePullSecrets` names a registry secret (`PULL_SECRET` holds one); `clientRequestToken` is an
+        # idempotency id (`request_token` is OAuth's)
     return best
 
 
@@ -754,7 +761,9 @@ def _accept_literal(m: re.Match[str], group: str = "value") -> bool:
 
 
 def _accept_authorization(m: re.Match[str]) -> bool:
-    value, scheme = m.group("value"), (m.group("scheme") or "").strip().lower()
+    value, scheme = m.group("any") or m.group("value"), (m.group("scheme") or "").strip().lower()
+    if scheme and (not _has_balanced_brackets(value) or value.startswith(("@", "…", "..."))):
+        return False  # `Bearer {token}`-like text cut at a blank, curl's `@file`, a shortened `…abcd1234`
     if _is_excluded_value(value) or (scheme == "basic" and _is_blank_basic(value)):
         return False
     return bool(scheme) or any(_looks_random(part) for part in value.split(":"))  # `<id>:<secret>`: the pair at once
@@ -764,7 +773,7 @@ def _is_blank_basic(value: str) -> bool:
     """`Basic bm9uZQ==` is base64 of `none`: Basic credentials whose decoded `user:password` is a placeholder."""
     try:
         decoded = base64.b64decode(value, validate=True).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError):  # binascii.Error, and non-ASCII text after `Basic `
         return False
     user, _, password = decoded.rpartition(":")
     return _is_excluded_value(password) or (bool(user) and not _is_password_slot(user, password))
@@ -1248,7 +1257,14 @@ def _is_stand_in(name: str, value: str) -> bool:
     (weak) password itself (`DB_PASSWORD=test1234`, `SECRET_KEY=password123`), so it is redacted there."""
     if _is_password_name(name) or _is_secret_name(name) or "secret" in _name_parts(name):
         return False
-    return (len(value) < _KEY_SHORTEST and value.isalpha()) or _is_typed_filler(value.strip())
+    return (
+        (len(value) < _KEY_SHORTEST and value.isalpha())
+        or _is_typed_filler(value.strip())
+        or _CHANGE_ME.fullmatch(value.strip()) is not None  # `API_TOKEN=changeme` (`DB_PASSWORD=changeme` is one)
+    )
+
+
+_CHANGE_ME = re.compile(r"change[-_]?me", re.IGNORECASE)
 
 
 _KEY_SHORTEST = 8
@@ -1310,7 +1326,7 @@ _QUOTED_VALUE = (
     r"""|(?P<v_bare>[^\s"'`,;&|()<>{}\[\]\\=][^\s"'`,;&|()<>{}\[\]\\]{0,400}))"""
 )
 
-_SHELL_WORD = r"""(?:"(?P<dq>[^"\n]{1,256})"|'(?P<sq>[^'\n]{1,256})'|(?P<bare>[^\s"']{1,256}))"""
+_SHELL_WORD = r"""(?:"(?P<dq>[^"\n]{1,1024})"|'(?P<sq>[^'\n]{1,1024})'|(?P<bare>[^\s"']{1,1024}))"""
 
 
 def _first_group(m: re.Match[str], *groups: str) -> str:
@@ -1442,6 +1458,7 @@ def _has_key_body(m: re.Match[str]) -> bool:
 _KEY_BODY = re.compile(r"[A-Za-z0-9+/]{20}")
 _ESCAPED_BREAK = re.compile(r"\\[rn]")
 _WHOLE_BLOCK_BODY = re.compile(r"PRIVATE KEY(?: BLOCK)?-{2,5}(?:\s|\\[rn])*([A-Za-z0-9+/]{4})")
+_PGPASS_LINES = 50  # how far below `~/.pgpass` (a `cat`, a comment) its lines are read
 _PEM_LINES = 400  # a key block's lines: a 4096-bit RSA key has about 50, a PGP block a few hundred
 
 
@@ -1836,6 +1853,44 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: not _is_blank(m.group("value")) and not all(len(set(group)) == 1 for group in m.group("value").split("-")),
         _trigger(r"secret_?id"),
     ),
+    _Rule(  # a CloudFormation parameter marked `NoEcho: true` is a secret: its `Default:` literal is one (YAML or JSON,
+        # within the parameter's next few lines at the same indent; not a tag such as `!Ref`)
+        KIND_PASSWORD,
+        re.compile(
+            r"(?im)^(?P<indent>[ \t]{0,40})[\"']?noecho[\"']?[ \t]*:[ \t]*[\"']?true[\"']?,?[ \t]*\r?\n"
+            r"(?:(?P=indent)[^\n]{0,200}\n){0,3}?(?P=indent)[\"']?default[\"']?[ \t]*:[ \t]*(?:\"(?P<dq>[^\"\n]{1,1024})\"|'(?P<sq>[^'\n]{1,1024})'|(?P<bare>[^\s\"'#][^\n]{0,1023}?))[ \t]*,?(?:[ \t]+#[^\n]*)?[ \t]*$"
+        ),
+        ("dq", "sq", "bare"),
+        lambda m: _accept_prose_password_value(value := _first_group(m, "dq", "sq", "bare")) and not _YAML_TAG.match(value),
+        _trigger("noecho"),
+        lines=5,
+    ),
+    _Rule(  # a `.pgpass` line below a mention of the file: `host:port:database:user:password` (port 4-5 digits or `*`)
+        KIND_PASSWORD,
+        re.compile(r"(?m)^[ \t]*[\w.*-]{1,253}:(?:\d{4,5}|\*):[\w.*-]{1,100}:(?P<user>[^\s:]{1,100}):(?P<value>[^\s]{1,256})$"),
+        ("value",),
+        lambda m: _is_password_slot(m.group("user"), m.group("value")) and not m.group("value").isdigit(),
+        _trigger("pgpass"),
+        lines=_PGPASS_LINES,
+    ),
+    _Rule(  # an .npmrc auth token: whatever the registry, `_authToken=` holds the token
+        KIND_PASSWORD,
+        re.compile(r":_authToken=(?P<value>[^\s\"'$]{8,1024})"),
+        ("value",),
+        lambda m: not _is_excluded_value(m.group("value")),
+        _trigger("_authtoken"),
+    ),
+    _Rule(  # user.ChangePassword(old, "PASS"), ResetPassword(user, "PASS"): a password-like literal given after another
+        # argument (`ResetPassword("user@example.com")` names the account)
+        KIND_PASSWORD,
+        re.compile(
+            r"\b(?:[Cc]hange|[Rr]eset|[Ss]et|[Uu]pdate)_?[Pp]assword[ \t]*\([^()\"'\n]{1,100},[ \t]*"
+            r"(?P<q>[\"'])(?P<value>[^\"'\n]{3,256})(?P=q)[ \t]*\)"  # the last argument (`keyring.set_password("svc", …)`: not)
+        ),
+        ("value",),
+        lambda m: _accept_prose_password_value(m.group("value")),
+        _trigger("password"),
+    ),
     _Rule(  # SonarQube's older tokens are 40 bare hex digits, known by their setting: `-Dsonar.login=…`, `$sonarLogin = "…"`
         "sonar-token",
         re.compile(r"(?i)sonar[._]?(?:login|token)[\"'\s,:=]{1,6}(?P<value>[0-9a-f]{40})\b"),
@@ -1891,10 +1946,12 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(
             r"(?i)\b(?:proxy-)?authorization\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?"
-            r"(?P<scheme>(?:bearer|basic|token|bot|digest|api-?key|sso-key|ssws)[ \t]+)?"
-            r"(?P<value>[A-Za-z0-9._~+/=-]{8,4096}(?::[A-Za-z0-9._~+/=-]{8,4096})?)"  # `<id>:<secret>` whole
+            r"(?:(?P<scheme>(?:bearer|basic|token|bot|digest|api-?key|sso-key|ssws)[ \t]+)"
+            r"(?P<any>[^\s\"'<>`\\|]{8,4096}?)(?=[,;)]?(?:[\s\"'<>`\\|]|$))|"
+            r"(?P<value>[A-Za-z0-9._~+/=-]{8,4096}(?::[A-Za-z0-9._~+/=-]{8,4096})?))"  # `<id>:<secret>` whole; after a
+            # scheme word, anything up to a blank or a quote (`Bearer b@d0@h3C70K3n`, `Bearer Atzr|1234`)
         ),
-        ("value",),
+        ("any", "value"),
         _accept_authorization,
         _trigger("authorization"),
     ),
