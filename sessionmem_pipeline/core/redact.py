@@ -49,7 +49,10 @@ output are built from redacted text; collapsing and chunking do not redact again
   a Vault AppRole `secret_id=<uuid>`, SonarQube's bare `-Dsonar.login=<40 hex>`, `Bearer: <key>`, a CloudFormation
   `NoEcho: true` parameter's `Default:`, a `.pgpass` line's password, an .npmrc `:_authToken=`, the literal a password
   call is given last (`user.ChangePassword(old, "…")`), anything up to a blank after an `Authorization:` scheme word
-  (`Bearer b@d0@h3C70K3n`), JS's `process.env.API_TOKEN ??= "…"`,
+  (`Bearer b@d0@h3C70K3n`), the one-line output of `cat` on a secret file (`cat config/master.key`), a Postman
+  value typed `"secret"`, a value piped or fed (`<<<`) to `wrangler secret put`, `--with-token`, `--password-stdin`,
+  `aws configure set NAME VALUE` under a credential's name, `mc alias set ALIAS URL ACCESS SECRET`, a generated salt
+  or key of any characters under a weak name (`define('AUTH_SALT', '<64 random characters>')`), JS's `process.env.API_TOKEN ??= "…"`,
   `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
   account SID, `X-…-Token:` headers, `PsExec … -p PASS`, `slcli … -k KEY`, token-taking logins (`cargo login`,
   `wandb login`, `ngrok config add-authtoken`, `snyk auth`, `doctl auth init -t`, `netlify --auth`), .NET
@@ -115,7 +118,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-REDACTION_VERSION = "18"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "19"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -515,6 +518,8 @@ _RANDOM_SWITCHES = 4  # letter-digit switches: `s3_client`, `refresh_token_v2`, 
 def _looks_like_credential(value: str) -> bool:
     """A value that could be a key or token (not a word, label, regex or template): for names like `token`,
     `secret`, `api_key`, where code is full of non-secret values (`end_token = '}'`, `token = r"[a-z]+"`)."""
+    if _is_generated_secret(value):
+        return True
     if len(value) < 8 or _NOT_CREDENTIAL_CHARS.search(value):
         return False
     if _BRACKETS.search(value) and _has_balanced_brackets(value):
@@ -526,6 +531,21 @@ def _looks_like_credential(value: str) -> bool:
     return len(value) >= 20 and value.isalpha() and _entropy(value) >= _RANDOM_LETTERS_ENTROPY  # Cloudant's 24 letters
 
 
+def _is_generated_secret(value: str) -> bool:
+    """A generated salt or key of any characters (WordPress `AUTH_SALT`: `j@cGIZJf…|ZnLZ…(=_0[LKbF7…`): long, one
+    line, as varied as random characters."""
+    return (
+        len(value) >= _SALT_SHORTEST
+        and value.isascii()
+        and value.count(" ") <= _SALT_SPACES
+        and not _TWO_WORDS.search(value)  # `SELECT k.id FROM api_keys …`, `Key fingerprint = …`: words, not a salt
+        and "\n" not in value
+        and _entropy(value) >= _SALT_ENTROPY
+    )
+
+
+_SALT_SHORTEST, _SALT_ENTROPY, _SALT_SPACES = 32, 4.6, 3
+_TWO_WORDS = re.compile(r"[A-Za-z]{3,} [A-Za-z]{3,}")  # 64 characters drawn from ~90: ~5.5 bits each; prose and code stay under 4.4
 _RANDOM_LETTERS_ENTROPY = 3.6  # 24 random lower-case letters: ~4.0 bits; repeated or plain words stay lower
 
 
@@ -625,7 +645,7 @@ _DIGEST_KEY_QUALIFIERS = _NOT_SECRET_KEY_QUALIFIERS | _DATA_KEY_QUALIFIERS | fro
     "storage project tenant user account org organization customer device instance resource node workspace team "
     "region zone".split()
 )
-_AUTH_PARTS = frozenset({"auth", "authentication", "authorization"})  # `MAILJET_BASIC_AUTH`: a weak name, as `*_key`
+_AUTH_PARTS = frozenset({"auth", "authentication", "authorization", "salt"})  # `MAILJET_BASIC_AUTH`: a weak name, as `*_key`
 _VENDOR_NAME_SHORTEST = 4  # `zenkit_key`, `tomtomKey`; not `cl_key` (a two-letter prefix says too little)
 _CAMEL_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])|([A-Z]+)([A-Z][a-z])")
 
@@ -987,9 +1007,9 @@ _COMMAND_REACH = 200  # how far from `--value` its command's `--type SecureStrin
 
 
 def _accept_set_command(m: re.Match[str]) -> bool:
-    """`pulumi config set --secret NAME VALUE`: any literal value; `netlify env:set NAME VALUE`: under a
-    credential's name."""
-    value = _first_group(m, "dq", "sq", "bare", "env_dq", "env_sq", "env_bare")
+    """`pulumi config set --secret NAME VALUE`, `mc alias set ALIAS URL ACCESS SECRET`: any literal value; `netlify
+    env:set NAME VALUE`, `aws configure set NAME VALUE`: under a credential's name."""
+    value = _first_group(m, "dq", "sq", "bare", "env_dq", "env_sq", "env_bare", "mc_dq", "mc_sq", "mc_bare")
     if value.startswith("-") or _is_excluded_value(value):
         return False
     return m.group("name") is None or _name_strength(m.group("name")) == _STRONG
@@ -1315,7 +1335,7 @@ def _accept_named_value(m: re.Match[str]) -> bool:
     strength = _name_strength(name)
     if strength == _NONE or _is_excluded_value(value) or _is_stand_in(name, value) or _names_a_secret(value, name):
         return False
-    return _is_named_credential(name, value) if strength == _STRONG else _looks_random(value)
+    return _is_named_credential(name, value) if strength == _STRONG else _looks_random(value) or _is_generated_secret(value)
 
 
 _QUOTED_VALUE = (
@@ -1480,9 +1500,9 @@ def _trigger(pattern: str) -> re.Pattern[str]:
 
 
 _RARE_COMMANDS = _trigger(  # one scan for the rules of rare commands and forms, each then judged on these lines only
-    "psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify|networkcredential|directoryentry|unseal|/api/v1/|pulumi|keyvault"
+    "psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify|networkcredential|directoryentry|unseal|/api/v1/|pulumi|keyvault|configure|alias"
 )
-_NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|auth|_pat\b|-pat\b")  # in every name `_name_strength` accepts
+_NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|auth|salt|_pat\b|-pat\b")  # in every name `_name_strength` accepts
 
 
 # ---- credential-shaped tokens: no known prefix, no name ---------------------------------------------------------
@@ -1891,6 +1911,26 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: _accept_prose_password_value(m.group("value")),
         _trigger("password"),
     ),
+    _Rule(  # `cat config/master.key`, `cat ~/.secrets/token`: the one-word line a file named for a secret prints (not
+        # `cat deploy.key.pub`, `cat rotate_token.sh`, `cat /etc/passwd`)
+        KIND_PASSWORD,
+        re.compile(
+            r"(?m)^[ \t]*(?:\$[ \t]*)?cat[ \t]+(?:[^\s|;&<>]{0,200}/)?(?:[\w.-]{0,60}[._-])?"
+            r"(?:[\w-]{1,60}\.key|token|secret|password|api[_-]?key|credentials?)(?:\.txt)?[ \t]*\r?\n"
+            r"[ \t]*(?P<value>[^\s]{6,512})[ \t]*\r?$"
+        ),
+        ("value",),
+        lambda m: not _is_excluded_value(m.group("value")) and not m.group("value").startswith(("$", "cat:", "-----")),
+        _trigger("cat"),
+        lines=2,
+    ),
+    _Rule(  # a Postman environment's value whose `"type"` is `"secret"`
+        KIND_PASSWORD,
+        re.compile(r"\"value\"[ \t]*:[ \t]*\"(?P<value>[^\"\n]{1,1024})\"(?=[^{}\n]{0,200}\"type\"[ \t]*:[ \t]*\"secret\")"),
+        ("value",),
+        lambda m: not _is_excluded_value(m.group("value")),
+        _trigger(r"\"secret\""),
+    ),
     _Rule(  # SonarQube's older tokens are 40 bare hex digits, known by their setting: `-Dsonar.login=…`, `$sonarLogin = "…"`
         "sonar-token",
         re.compile(r"(?i)sonar[._]?(?:login|token)[\"'\s,:=]{1,6}(?P<value>[0-9a-f]{40})\b"),
@@ -2145,9 +2185,12 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(
             r"(?:\bpulumi[ \t]+config[ \t]+set[ \t]+--secret[ \t]+[\w.:-]{1,100}"
             r"|\baz[ \t]+keyvault[ \t]+secret[ \t]+set\b[^\n|;&]{0,200}?[ \t]--value)[ \t]+" + _SHELL_WORD
-            + r"|\bnetlify[ \t]+env:set[ \t]+(?P<name>[A-Za-z_]\w{0,100})[ \t]+" + _SHELL_WORD.replace("?P<", "?P<env_")
+            + r"|\b(?:netlify[ \t]+env:set|aws[ \t]+configure[ \t]+set)[ \t]+(?P<name>[A-Za-z_][\w.]{0,100})[ \t]+"
+            + _SHELL_WORD.replace("?P<", "?P<env_")
+            + r"|(?:^|(?<=[\n;&|$])|(?<=[\n;&|$][ \t]))[ \t]*mc[ \t]+alias[ \t]+set[ \t]+[\w.-]{1,100}[ \t]+https?://\S{1,300}[ \t]+"
+            r"[^\s\"'-]\S{0,199}[ \t]+" + _SHELL_WORD.replace("?P<", "?P<mc_")
         ),
-        ("dq", "sq", "bare", "env_dq", "env_sq", "env_bare"),
+        ("dq", "sq", "bare", "env_dq", "env_sq", "env_bare", "mc_dq", "mc_sq", "mc_bare"),
         _accept_set_command,
         _RARE_COMMANDS,
     ),
@@ -2306,16 +2349,19 @@ _RULES: tuple[_Rule, ...] = (
         _NAME_WORD,
         lines=8,
     ),
-    _Rule(  # gh secret set NAME --body VALUE; echo -n VALUE | gh secret set NAME (or docker login --password-stdin)
+    _Rule(  # gh secret set NAME --body VALUE; echo -n VALUE | gh secret set NAME (or wrangler secret put, docker login
+        # --password-stdin, gh auth login --with-token); the same commands fed a here-string (`--with-token <<< 'VALUE'`)
         KIND_PASSWORD,
         re.compile(
             r"\b(?:gh|glab)[ \t]+secret[ \t]+set\b[^\n|;&<]{0,200}?[ \t](?:--body|-b)(?:[ \t]+|=)" + _SHELL_WORD
             + r"|\b(?:echo|printf)(?:[ \t]+-[neE]{1,3})?[ \t]+"
             + _SHELL_WORD.replace("?P<dq>", "?P<pdq>").replace("?P<sq>", "?P<psq>").replace("?P<bare>", "?P<pbare>")
-            + r"[ \t]*\|[ \t]*[^\n|;&]{0,80}?(?:secret[ \t]+(?:set|create)\b|--password-stdin|--with-token)"
+            + r"[ \t]*\|[ \t]*[^\n|;&]{0,80}?(?:secret[ \t]+(?:set|create|put)\b|--password-stdin|--with-token)"
+            + r"|(?:--password-stdin|--with-token|\bsecret[ \t]+(?:set|create|put)\b[^\n|;&<]{0,100}?)[ \t]*<<<[ \t]*"
+            + _SHELL_WORD.replace("?P<dq>", "?P<hdq>").replace("?P<sq>", "?P<hsq>").replace("?P<bare>", "?P<hbare>")
         ),
-        ("dq", "sq", "bare", "pdq", "psq", "pbare"),
-        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare", "pdq", "psq", "pbare")),
+        ("dq", "sq", "bare", "pdq", "psq", "pbare", "hdq", "hsq", "hbare"),
+        lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare", "pdq", "psq", "pbare", "hdq", "hsq", "hbare")),
         _trigger("secret|password-stdin|with-token"),
     ),
     _Rule(  # YAML: `password: Harbor Lights 2019!`, a phrase up to the end of its line
