@@ -1,6 +1,6 @@
 """Secret redaction quality: catch rate per kind of secret, false positives per kind of clean look-alike.
 
-    python benchmarks/redaction.py                # per-kind tables on each report half (report12 first: the
+    python benchmarks/redaction.py                # per-kind tables on each report half (report13 first: the
                                                   # headline), a line for the tuning side, its misses and false
                                                   # positives
     python benchmarks/redaction.py --baseline main  # also the rules at a git revision, side by side: each half's
@@ -12,11 +12,11 @@ The report halves' failing lines stay hidden unless asked for, so that reading r
 
 The corpus (benchmarks/redaction_corpus/, provenance in its README) has folders with the same layout: the report
 halves, taken from the published examples and test cases of maintained secret scanners:
-`report12/` (the headline: built mechanically and committed before the rules it measures, never seen before its
+`report13/` (the headline: built mechanically and committed before the rules it measures, never seen before its
 measurement), `report4/` and `report3/` (the same for versions 7 and 6; their per-kind totals were read
 after those measurements), `report2/` (kept for comparison: its per-kind totals were read while tuning version
-5), `report5/` to `report11/` (versions 8's to 16's halves; their failures were read while tuning versions 9 to
-18, so they are tuning data now, printed beside the others); and the tuning side:
+5), `report5/` to `report12/` (versions 8's to 18's halves; their failures were read while tuning versions 9 to
+19, so they are tuning data now, printed beside the others); and the tuning side:
 `tuning/`, written here, and `tuning_from_report/`, the first report half, seen while tuning and so tuning data now.
 In each:
 - secrets.txt: one entry per line, or a block between `<<<` and `>>>` lines; each secret is marked ⟦kind:value⟧.
@@ -44,7 +44,7 @@ from sessionmem_pipeline.core.redact import REDACTION_VERSION, SecretMatch
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "benchmarks" / "redaction_corpus"
 REPORTS = {  # `report` is the headline
-    "report": ("report12",), "report11": ("report11",), "report10": ("report10",), "report9": ("report9",), "report8": ("report8",), "report7": ("report7",), "report6": ("report6",), "report5": ("report5",), "report4": ("report4",),
+    "report": ("report13",), "report12": ("report12",), "report11": ("report11",), "report10": ("report10",), "report9": ("report9",), "report8": ("report8",), "report7": ("report7",), "report6": ("report6",), "report5": ("report5",), "report4": ("report4",),
     "report3": ("report3",), "report2": ("report2",),
 }
 TUNING = ("tuning", "tuning_from_report")
