@@ -293,14 +293,18 @@ CONTEXTS = (
 )
 
 
-def in_context(kind: str, value: str, index: int) -> str:
-    """The `index`th of CONTEXTS (rotating), filled with the kind's words in several spellings and the value."""
+def fill_context(contexts: tuple[str, ...], kind: str, value: str, index: int) -> str:
+    """The `index`th of `contexts` (rotating), filled with the kind's words in several spellings and the value
+    (report11 to report13 use it with their own contexts)."""
     words = [w for w in re.split(r"[^a-z0-9]+", kind.lower()) if w]
     camel = "".join(w.capitalize() for w in words)
-    return CONTEXTS[index % len(CONTEXTS)].format(
+    return contexts[index % len(contexts)].format(
         name=" ".join(words), env="_".join(words).upper(), lower="_".join(words), dashed="-".join(words),
         camel=camel[0].lower() + camel[1:], value=f"⟦{kind}:{value}⟧",
     )
+
+
+in_context = partial(fill_context, CONTEXTS)
 
 
 def drawn_lookalikes(rng: random.Random) -> list[str]:

@@ -36,7 +36,7 @@ from build_report4 import Draw, Example, draw_lines, git, kebab, write_half
 from build_report4 import secret_entries as report4_secret_entries
 from build_report8 import lines_around
 from build_report9 import merged
-from build_report10 import clean_fit, first_per_value, kind_name
+from build_report10 import clean_fit, fill_context, first_per_value, kind_name
 from build_report11 import kept_value
 from build_report12 import CREDENTIAL_KEY, KEY_OF_LINE
 
@@ -145,14 +145,7 @@ CONTEXTS = (
 )
 
 
-def in_context(kind: str, value: str, index: int) -> str:
-    """The `index`th of CONTEXTS (rotating), filled with the kind's words in several spellings and the value."""
-    words = [w for w in re.split(r"[^a-z0-9]+", kind.lower()) if w]
-    camel = "".join(w.capitalize() for w in words)
-    return CONTEXTS[index % len(CONTEXTS)].format(
-        name=" ".join(words), env="_".join(words).upper(), lower="_".join(words), dashed="-".join(words),
-        camel=camel[0].lower() + camel[1:], value=f"⟦{kind}:{value}⟧",
-    )
+in_context = partial(fill_context, CONTEXTS)
 
 
 def drawn_lookalikes(rng: random.Random) -> list[str]:
