@@ -2593,10 +2593,14 @@ def _replaced(text: str, matches: list[SecretMatch]) -> tuple[str, list[int]]:
 
 
 def _lines_around(text: str, positions: list[int]) -> list[tuple[int, int]]:
-    """The line of each position with one line either side, merged where they meet."""
+    """The line of each position with one line either side, merged where they meet; a position inside the last span
+    is skipped and no search runs back past it (a huge line of placeholders stays linear)."""
     spans: list[tuple[int, int]] = []
     for position in positions:
-        start = text.rfind("\n", 0, max(0, text.rfind("\n", 0, position))) + 1
+        if spans and position < spans[-1][1]:
+            continue
+        floor = spans[-1][0] if spans else 0
+        start = text.rfind("\n", floor, max(floor, text.rfind("\n", floor, position))) + 1 or floor
         end_of_line = text.find("\n", position)
         following = -1 if end_of_line == -1 else text.find("\n", end_of_line + 1)
         end = len(text) if following == -1 else following
