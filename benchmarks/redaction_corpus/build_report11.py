@@ -622,6 +622,22 @@ def drawn_lookalikes(rng: random.Random) -> list[str]:
     return draw_lines(rng, groups, per_template=3, least=20)
 
 
+
+def placed_entries(examples: list[Example], out: Path, place, context_values: int) -> tuple[list[str], list[str], set[str]]:
+    """The half's entries (each example literal, then its kind's first single-line values placed by `place`), its
+    kinds, and every value it marks (a clean candidate holding one is not clean); report12 and report13 use it too."""
+    secrets, kinds = report4_secret_entries(
+        examples,
+        existing_values(out.parent, out.name),
+        place=place,
+        chosen=lambda values: [value for value in values if "\n" not in value][:context_values],
+        skipped=lambda text: not text.strip() or bool({"<<<", ">>>"} & set(text.splitlines())),
+        note="examples literal + contexts",
+        sort_kinds=True,
+    )
+    return secrets, kinds, {m.group(1) for m in re.finditer(r"⟦[a-z0-9-]+:([^⟧]+)⟧", "\n".join(secrets))}
+
+
 def main(kics_dir: str, bandit_dir: str, talisman_dir: str, digger_dir: str, cfn_nag_dir: str, codeql_dir: str, codeql_go_dir: str, no_secrets_dir: str) -> None:
     kics, kics_negatives = kics_examples(kics_dir)
     bandit, bandit_negatives = bandit_examples(bandit_dir)
@@ -637,17 +653,8 @@ def main(kics_dir: str, bandit_dir: str, talisman_dir: str, digger_dir: str, cfn
     no_secrets, no_secrets_negatives = no_secrets_examples(no_secrets_dir)
     found = kics + bandit + talisman + digger + cfn_nag + codeql + codeql_go + no_secrets
     examples = capped(first_per_value(merged(found)), random.Random(SEED))
-    secrets, kinds = report4_secret_entries(
-        examples,
-        existing_values(OUT.parent, "report11"),
-        place=in_context,
-        chosen=lambda values: [value for value in values if "\n" not in value][:CONTEXT_VALUES],
-        skipped=lambda text: not text.strip() or bool({"<<<", ">>>"} & set(text.splitlines())),
-        note="examples literal + contexts",
-        sort_kinds=True,
-    )
     # a candidate holding a value this half marks as a secret (a negative test reusing a positive's literal) is not clean
-    marked = {m.group(1) for m in re.finditer(r"⟦[a-z0-9-]+:([^⟧]+)⟧", "\n".join(secrets))}
+    secrets, kinds, marked = placed_entries(examples, OUT, in_context, CONTEXT_VALUES)
     # the last commit touching the files read (in DataDog's fork: a Checkmarx commit, the fork changed none of them)
     kics_read = [f"{KICS_QUERIES}/{query}/test" for query in (KICS_SECRETS, *KICS_CREDENTIAL_QUERIES)]
     kics_read.append(f"{KICS_QUERIES}/{KICS_SECRETS}/regex_rules.json")

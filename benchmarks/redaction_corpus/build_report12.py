@@ -40,13 +40,11 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from build_report3 import existing_values
 from build_report4 import Draw, Example, draw_lines, git, kebab, pem_span, write_half
-from build_report4 import secret_entries as report4_secret_entries
 from build_report8 import lines_around
 from build_report9 import merged
 from build_report10 import URL_PASSWORD, clean_fit, fill_context, first_per_value, kind_name
-from build_report11 import PUTTY_PRIVATE, kept_value, line_value, strip_quotes
+from build_report11 import PUTTY_PRIVATE, kept_value, line_value, placed_entries, strip_quotes
 
 OUT = Path(__file__).resolve().parent / "report12"
 SEED = 12120
@@ -365,16 +363,7 @@ def main(leaky_dir: str, pre_commit_dir: str, tfsec_dir: str) -> None:
     for note in notes:
         print("leaky-repo count differs:", note)
     examples = first_per_value(merged(leaky + pre_commit + tfsec))
-    secrets, kinds = report4_secret_entries(
-        examples,
-        existing_values(OUT.parent, "report12"),
-        place=in_context,
-        chosen=lambda values: [value for value in values if "\n" not in value][:CONTEXT_VALUES],
-        skipped=lambda text: not text.strip() or bool({"<<<", ">>>"} & set(text.splitlines())),
-        note="examples literal + contexts",
-        sort_kinds=True,
-    )
-    marked = {m.group(1) for m in re.finditer(r"⟦[a-z0-9-]+:([^⟧]+)⟧", "\n".join(secrets))}
+    secrets, kinds, marked = placed_entries(examples, OUT, in_context, CONTEXT_VALUES)
     commits = {
         "Plazmaz/leaky-repo": git(leaky_dir, "rev-parse", "HEAD").strip(),
         "pre-commit/pre-commit-hooks": git(pre_commit_dir, "rev-parse", "HEAD").strip(),

@@ -31,13 +31,11 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from build_report3 import existing_values
 from build_report4 import Draw, Example, draw_lines, git, kebab, write_half
-from build_report4 import secret_entries as report4_secret_entries
 from build_report8 import lines_around
 from build_report9 import merged
 from build_report10 import clean_fit, fill_context, first_per_value, kind_name
-from build_report11 import kept_value
+from build_report11 import kept_value, placed_entries
 from build_report12 import CREDENTIAL_KEY, KEY_OF_LINE
 
 OUT = Path(__file__).resolve().parent / "report13"
@@ -212,16 +210,7 @@ def main(shell_plugins_dir: str, age_dir: str, sops_dir: str, crypto_dir: str) -
     plugins, plugin_negatives = shell_plugin_examples(shell_plugins_dir)
     keys = key_format_examples(age_dir, "age") + key_format_examples(sops_dir, "sops") + key_format_examples(crypto_dir, "golang-crypto")
     examples = first_per_value(merged(plugins + keys))
-    secrets, kinds = report4_secret_entries(
-        examples,
-        existing_values(OUT.parent, "report13"),
-        place=in_context,
-        chosen=lambda values: [value for value in values if "\n" not in value][:CONTEXT_VALUES],
-        skipped=lambda text: not text.strip() or bool({"<<<", ">>>"} & set(text.splitlines())),
-        note="examples literal + contexts",
-        sort_kinds=True,
-    )
-    marked = {m.group(1) for m in re.finditer(r"⟦[a-z0-9-]+:([^⟧]+)⟧", "\n".join(secrets))}
+    secrets, kinds, marked = placed_entries(examples, OUT, in_context, CONTEXT_VALUES)
     commits = {
         "1Password/shell-plugins": git(shell_plugins_dir, "rev-parse", "HEAD").strip(),
         "FiloSottile/age": git(age_dir, "rev-parse", "HEAD").strip(),
