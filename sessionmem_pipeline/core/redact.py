@@ -544,8 +544,8 @@ def _is_generated_secret(value: str) -> bool:
     )
 
 
-_SALT_SHORTEST, _SALT_ENTROPY, _SALT_SPACES = 32, 4.6, 3
-_TWO_WORDS = re.compile(r"[A-Za-z]{3,} [A-Za-z]{3,}")  # 64 characters drawn from ~90: ~5.5 bits each; prose and code stay under 4.4
+_SALT_SHORTEST, _SALT_ENTROPY, _SALT_SPACES = 32, 4.6, 3  # 64 characters drawn from ~90: ~5.5 bits each
+_TWO_WORDS = re.compile(r"[A-Za-z]{3,} [A-Za-z]{3,}")
 _RANDOM_LETTERS_ENTROPY = 3.6  # 24 random lower-case letters: ~4.0 bits; repeated or plain words stay lower
 
 
@@ -1422,26 +1422,31 @@ def _holds_encoded_secret(m: re.Match[str]) -> bool:
 def _decoded_text(run: str) -> str | None:
     """`run` decoded from base64 when that gives printable UTF-8 text (judged on a few bytes first: random bytes
     fail there)."""
-    if not _is_printable_text(_decoded_quads(run[:_ENCODED_PROBE])):
+    if not _is_printable_probe(_decoded_quads(run[:_ENCODED_PROBE])):
         return None
     try:
         decoded = _decoded_quads(run).decode("utf-8")
     except UnicodeDecodeError:
         return None
-    return decoded if _is_printable_text(decoded.encode()) else None
+    return decoded if _is_printable(decoded) else None
 
 
-def _is_printable_text(data: bytes) -> bool:
-    """Bytes that read as text: UTF-8 letters, digits, punctuation and whitespace (no control bytes)."""
+def _is_printable_probe(data: bytes) -> bool:
+    """The first bytes of a decoding read as text (a multi-byte character cut at their end still counts)."""
     if not data:
         return False
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         if error.start < len(data) - 3:
-            return False  # a multi-byte character cut at the end of a probe is still text
+            return False
         text = data[: error.start].decode("utf-8")
-    return all(c.isprintable() or c in "\n\r\t" for c in text)
+    return _is_printable(text)
+
+
+def _is_printable(text: str) -> bool:
+    """Letters, digits, punctuation and whitespace: no control characters."""
+    return bool(text) and all(c.isprintable() or c in "\n\r\t" for c in text)
 
 
 _ENCODED_SHORTEST = 24  # base64 of `postgres://u:pw@db/app`, 18 bytes, is 24 characters
@@ -1897,7 +1902,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(r":_authToken=(?P<value>[^\s\"'$]{8,1024})"),
         ("value",),
-        lambda m: not _is_excluded_value(m.group("value")),
+        _accept_literal,
         _trigger("_authtoken"),
     ),
     _Rule(  # user.ChangePassword(old, "PASS"), ResetPassword(user, "PASS"): a password-like literal given after another
@@ -1928,7 +1933,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(r"\"value\"[ \t]*:[ \t]*\"(?P<value>[^\"\n]{1,1024})\"(?=[^{}\n]{0,200}\"type\"[ \t]*:[ \t]*\"secret\")"),
         ("value",),
-        lambda m: not _is_excluded_value(m.group("value")),
+        _accept_literal,
         _trigger(r"\"secret\""),
     ),
     _Rule(  # SonarQube's older tokens are 40 bare hex digits, known by their setting: `-Dsonar.login=…`, `$sonarLogin = "…"`
@@ -2355,10 +2360,10 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(
             r"\b(?:gh|glab)[ \t]+secret[ \t]+set\b[^\n|;&<]{0,200}?[ \t](?:--body|-b)(?:[ \t]+|=)" + _SHELL_WORD
             + r"|\b(?:echo|printf)(?:[ \t]+-[neE]{1,3})?[ \t]+"
-            + _SHELL_WORD.replace("?P<dq>", "?P<pdq>").replace("?P<sq>", "?P<psq>").replace("?P<bare>", "?P<pbare>")
+            + _SHELL_WORD.replace("?P<", "?P<p")
             + r"[ \t]*\|[ \t]*[^\n|;&]{0,80}?(?:secret[ \t]+(?:set|create|put)\b|--password-stdin|--with-token)"
             + r"|(?:--password-stdin|--with-token|\bsecret[ \t]+(?:set|create|put)\b[^\n|;&<]{0,100}?)[ \t]*<<<[ \t]*"
-            + _SHELL_WORD.replace("?P<dq>", "?P<hdq>").replace("?P<sq>", "?P<hsq>").replace("?P<bare>", "?P<hbare>")
+            + _SHELL_WORD.replace("?P<", "?P<h")
         ),
         ("dq", "sq", "bare", "pdq", "psq", "pbare", "hdq", "hsq", "hbare"),
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare", "pdq", "psq", "pbare", "hdq", "hsq", "hbare")),
