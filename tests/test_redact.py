@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sessionmem_pipeline.core import redact as redact_module
-from sessionmem_pipeline.core.redact import SecretMatch, find_secrets, redact
+from sessionmem_pipeline.core.redact import SecretMatch, find_secrets, redact, redact_named, redact_words
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "benchmarks" / "redaction_corpus"
@@ -507,3 +507,51 @@ def test_a_noecho_parameter_default_is_redacted_within_its_own_parameter() -> No
         "  Flag:\n    NoEcho: true\n  InstanceType:\n    Default: t3.micro\n"
     )
     assert redact(template) == template.replace("Ledg3r!Vault#2026", "[REDACTED:password]")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "stored"),
+    [
+        ("password", "Marlin-Quay-5530", "[REDACTED:password]"),  # only its name says what it is
+        ("db_password", 'say "hi" 9xk!Lm2', "[REDACTED:password]"),  # a quote in it: judged as `name: value`
+        ("apiKey", "fCh95aMwQ2xZ8kLp3VbN7rTy", "[REDACTED:token]"),
+        ("description", "Marlin-Quay-5530", "Marlin-Quay-5530"),  # a name that is no credential's
+        ("token", "access_token", "access_token"),  # a label under a token name, as in JSON text
+        ("password", "${DB_PASSWORD}", "${DB_PASSWORD}"),
+        ("id", "fc_04f6c298befc9a11016a4309fd90b88191873c736a05f4c5fd", "fc_04f6c298befc9a11016a4309fd90b88191873c736a05f4c5fd"),
+        ("password", "first line\nMarlin-Quay-5530", "first line\nMarlin-Quay-5530"),  # several lines: judged alone
+        ("command", f"git push https://{GITHUB_TOKEN}@github.com/o/r", "git push https://[REDACTED:github-token]@github.com/o/r"),
+        ("not a name", "Marlin-Quay-5530", "Marlin-Quay-5530"),
+    ],
+)
+def test_a_value_under_a_name_is_judged_with_its_name(name: str, value: str, stored: str) -> None:
+    """Tool calls' arguments and metadata are stored field by field: a field's name is the context its value had in
+    the JSON text (`{"password": "…"}`), and redacting again changes nothing."""
+    assert redact_named(name, value) == stored
+    assert redact_named(name, stored) == stored
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["password", "api_token", "id", "note"]),
+    st.lists(st.sampled_from(["Marlin-", "Quay", "5530", '"', " ", "x", GITHUB_TOKEN, "password=", "[REDACTED:", "]", ":"]), max_size=12).map("".join),
+)
+def test_redacting_a_named_value_is_idempotent(name: str, value: str) -> None:
+    once = redact_named(name, value)
+    assert redact_named(name, once) == once
+
+
+@pytest.mark.parametrize(
+    ("words", "stored"),
+    [
+        (["curl", "-u", "admin:Tq4-Hx9zLp", "https://ci.example"], ["curl", "-u", "admin:[REDACTED:password]", "https://ci.example"]),
+        (["mysql", "-uroot", "-pHx9!kq2"], ["mysql", "-uroot", "-p[REDACTED:password]"]),
+        (["--password", "Marlin-Quay-5530"], ["--password", "[REDACTED:password]"]),
+        (["bash", "-lc", f"git push https://{GITHUB_TOKEN}@github.com/o/r"], ["bash", "-lc", "git push https://[REDACTED:github-token]@github.com/o/r"]),
+        (["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"], ["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+        (["src/password.py", "tests/test_token.py"], ["src/password.py", "tests/test_token.py"]),
+    ],
+)
+def test_a_list_of_words_is_judged_as_the_command_line_it_stands_for(words: list[str], stored: list[str]) -> None:
+    assert redact_words(words) == stored
+    assert redact_words(stored) == stored

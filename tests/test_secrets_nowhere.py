@@ -45,14 +45,19 @@ SECRETS = [
     ("the password is Wombat!Quasar93 for prod", "Wombat!Quasar93"),
     ("psql postgres://admin:Hunter2Secretly@db.example.com/orders", "Hunter2Secretly"),
 ]
-NEEDLES = [needle.lower() for _, needle in SECRETS]
+NAMED_SECRET = "Marlin-Quay-5530"  # a password only its name gives away: added to every tool call's input dict
+NEEDLES = [needle.lower() for _, needle in SECRETS] + [NAMED_SECRET.lower()]
 
 
 def with_secrets(value: object, sentences: Iterator[str]) -> object:
     """The JSON value with a secret sentence appended to every free-text string (text with a space that is not
-    itself JSON): ids, timestamps, roles and embedded JSON documents keep their shape, so every parser still reads it."""
+    itself JSON), and a password under its name in every tool call's input (`{"db_password": …}`): ids,
+    timestamps, roles and embedded JSON documents keep their shape, so every parser still reads it."""
     if isinstance(value, dict):
-        return {key: with_secrets(item, sentences) for key, item in value.items()}
+        copied = {key: with_secrets(item, sentences) for key, item in value.items()}
+        if isinstance(copied.get("input"), dict):  # a tool call's arguments
+            copied["input"] |= {"db_password": NAMED_SECRET}
+        return copied
     if isinstance(value, list):
         return [with_secrets(item, sentences) for item in value]
     if isinstance(value, str) and " " in value.strip() and not value.lstrip().startswith(("{", "[")):
@@ -139,6 +144,7 @@ def test_no_secret_of_any_format_is_stored_sent_or_printed(
 ) -> None:
     root = tmp_path / "sources"
     write_sources(root)
+    assert [p for p in root.rglob("*.jsonl") if NAMED_SECRET in p.read_text(encoding="utf-8")]  # tool inputs hold it
     caplog.set_level(logging.DEBUG)
     with OpenAICompatibleServer(native_dimensions=64) as server:
         config = tmp_path / "sessionmem.toml"
@@ -168,6 +174,7 @@ def test_no_secret_of_any_format_is_stored_sent_or_printed(
         for database in (settings.warehouse, snapshot_path(settings.warehouse)):
             assert {n: where for n, where in text_hits(database, NEEDLES).items() if where} == {}, database
         assert text_hits(settings.warehouse, ["kingfisher"])  # the scan does see stored text (a fixture word)
+        assert text_hits(settings.warehouse, ["db_password"])  # and the tool inputs: the name stays, its value not
 
         # the client
         memory = SessionMemory(settings=settings)  # the snapshot now holds the remembered memory too

@@ -100,6 +100,15 @@ Every pattern has bounded repetition, so a huge line costs linear time; and a hu
 provider tokens are searched one literal prefix at a time, and every context rule looks only at the lines holding
 its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message of prose redacts in about 3 s.
 
+Seen in real sessions and left alone: `date -u +%Y-%m-%dT%H:%M:%SZ` (a time format, not `-u user:PASS`), OpenAI
+Responses item ids (`rs_…`, `fc_…`, `ctc_…`), addresses under names of data (`"owner": <base58>`, `redeemed_by`,
+`USDC Mint: …`, `new PublicKey("…")`), `tokenProgram: TOKEN_2022_PROGRAM_ID`, an id with a word (`<uuid>-plan`),
+filler after `sk-ant-`, a blank to fill (`replace-for-shared-deployments`).
+
+Text stored field by field keeps its context: a value under a name (a tool call's argument, a metadata field) is
+judged as it stood in its JSON text, `"password": "…"` (`redact_named`), and a list of strings as the command line
+it stands for, `["mysql", "-pPASS"]` (`redact_words`).
+
 Redacting is idempotent: a placeholder is never matched again, and a text that changed is judged again until nothing
 more is found, so redacting twice equals redacting once.
 """
@@ -118,7 +127,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-REDACTION_VERSION = "19"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "20"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -279,7 +288,7 @@ _VALUE_PLACEHOLDER = re.compile(
     r"""|(?:\.\.\.|…)$|^[\w+/=-]{6,}(?:\.\.\.|…)[\w+/=-]{6,}$"""  # shortened: `sk_test_...`, `27BZdTpu...SpU4C2vQSY=`
     r"""|^(?:insert|enter|put|paste|add|type)[-_ ]\S{0,40}[-_ ]here$|^(?-i:[A-Z][A-Z0-9_]*_HERE)$"""  # `INSERT_TOKEN_HERE`
     r"""|your[-_ ]?(?:[a-z]{1,20}[-_ ]){0,3}(?:key|token|secret|password|pass|pat)"""
-    r"""|^replace[-_ ]?(?:me|this)"""  # REPLACE_ME is a blank to fill; `changeme` is a (weak) password
+    r"""|^replace[-_ ]?(?:me|this|with|for|before|in)(?![a-z])"""  # REPLACE_ME, `replace-for-prod`: blanks to fill; `changeme` is a (weak) password
     r"""|^\[[A-Za-z][A-Za-z _-]{0,40}\]$"""  # `[PASSWORD]`: a bracketed blank, as in docs
     r"""|placeholder|redacted"""
     r"""|^(?:@@|__|%%)[A-Za-z0-9_.:/-]{1,60}(?:@@|__|%%)$"""  # `@@DB_PASSWORD@@`, `@@FILE:/path@@`: filled in at deploy
@@ -625,7 +634,7 @@ _NOT_SECRET_AFTER = frozenset(
     "title tooltip caption question location provider source version rotation usage budget counter index idx "
     "strategy validator validation input widget lifetime age manager class method stdin command cmd helper store "
     "schema model test check strength score reset encoding algorithm alg scheme style color re "
-    "sha1 sha256 sha512 md5 bcrypt reuse prevention last".split()
+    "sha1 sha256 sha512 md5 bcrypt reuse prevention last program".split()
 )
 _NOT_SECRET_BEFORE = frozenset(
     "is has show hide use should can allow enable disable require needs validate verify check hash hashed max min "
@@ -1366,8 +1375,12 @@ _PLACEHOLDER_USERS = frozenset({"user", "usr"})
 
 
 def _is_command_password(user: str, value: str) -> bool:
-    """`curl -u user:PASS`: as in a URL, except that a word (`username:password`, `user:token`) is how docs write it."""
-    return _is_password_slot(user, value) and not _VALUE_WORD.match(value)
+    """`curl -u user:PASS`: as in a URL, except that a word (`username:password`, `user:token`) is how docs write it;
+    not `date -u +%Y-%m-%dT%H:%M:%SZ`, a time format."""
+    return _is_password_slot(user, value) and not _VALUE_WORD.match(value) and not _TIME_FORMAT.search(user)
+
+
+_TIME_FORMAT = re.compile(r"^\+|%[A-Za-z]")  # `date`'s `+FORMAT` and its `%H` directives
 
 
 def _is_encoded_private_key(m: re.Match[str]) -> bool:
@@ -1527,7 +1540,8 @@ _ID_PREFIXES = frozenset(  # objects' ids, not credentials: Anthropic, OpenAI, S
     "toolu srvtoolu msg msgbatch req request call run thread asst file batch org proj chatcmpl cmpl resp item ft "
     "ftjob modr vs step cus pi ch evt acct prod price sub in ii txn src pm seti cs po tr re py ba card tok ic "
     "i vol snap ami sg subnet vpc eni igw rtb nat acl eipalloc lt r sess session user usr id uid ref job build "
-    "commit sha md5 cache node pod deploy img image layer ws spec ulid".split()
+    "commit sha md5 cache node pod deploy img image layer ws spec ulid "
+    "rs fc ctc fs ci ig lsh mcp mcpl mcpr conv".split()  # OpenAI Responses items: reasoning, function call, …
 )
 _CREDENTIAL_PREFIX_PARTS = frozenset("sk rk key api apikey pat token tok secret pt pk pass pwd auth".split())
 _SEGMENT = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
@@ -1618,7 +1632,8 @@ _DATA_NAME_PARTS = frozenset(  # names of random values that are data: ids, dige
     "id ids uid uuid guid oid hash digest checksum sum nonce salt etag sha sha1 sha256 md5 integrity cursor state ref "
     "commit version rev revision signature sig fingerprint challenge verifier iv seed trace span request correlation "
     "name title label tag image path url uri file data blob content body payload hint value values example "
-    "cert certs certificate certificates crt pem der x5c x5t ca chain pub pubkey modulus exponent thumbprint".split()
+    "cert certs certificate certificates crt pem der x5c x5t ca chain pub pubkey modulus exponent thumbprint "
+    "address addr owner signer mint wallet payer recipient sender by".split()  # `"owner": <base58 account>`, `redeemed_by`
 )
 
 
@@ -1640,6 +1655,8 @@ def _names_data(before: str, value: str) -> bool:
 
 
 _PUBLIC_PARTS = frozenset({"public", "pub"})  # `public_key = <base64>`: published, not a credential
+_PUBLIC_CALL_PARTS = _PUBLIC_PARTS | {"pubkey", "address"}
+_CALL_BEFORE = re.compile(r"([A-Za-z_][\w.]{0,60})\([ \t]*[\"'`]?$")
 
 
 def _stands_alone(text: str, start: int, end: int) -> bool:
@@ -1650,6 +1667,8 @@ def _stands_alone(text: str, start: int, end: int) -> bool:
     before = text[max(line_start or 0, start - 80) : start]
     if _HASH_LABEL.search(before) or before.endswith(_DATA_BEFORE):
         return False
+    if (call := _CALL_BEFORE.search(before)) and _PUBLIC_CALL_PARTS.intersection(_name_parts(call.group(1))):
+        return False  # `new PublicKey("<base58>")`: a public key or an address, built from its text
     if _NAMED_VALUE_BEFORE.search(before) and (_names_data(before, text[start:end]) or _HEX_NUMBER.fullmatch(text, start, end)):
         return False  # `group_order = 0x8CB91E82…`: a named number written in hex
     if _PLACEHOLDER_AT_END.search(before) or _runs_into_placeholder(text, end):
@@ -1732,7 +1751,12 @@ def _has_token_shape(value: str) -> bool:
         return False  # a path
     if re.search(r"[._~+/-]", value.rstrip("=")) and not re.fullmatch(r"[A-Za-z0-9+/]+=*|[A-Za-z0-9_-]+=*", value):
         return False  # dotted or mixed separators: a version, a host, a file name
+    if _UUID_AND_WORDS.fullmatch(value):
+        return False  # `<uuid>-plan`: an id with a word (`0x<64 hex>` stays a key's shape: a wallet's private key)
     return _is_random_body(value.rstrip("="))  # one case: base32 and base36 keys (`_is_random_body` asks more)
+
+
+_UUID_AND_WORDS = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}(?:[-_][A-Za-z]+)+")
 
 
 _BASE64_KEY = re.compile(r"[A-Za-z0-9+/]{32,}={0,2}")
@@ -1841,7 +1865,12 @@ _RULES: tuple[_Rule, ...] = (
         _trigger("akia|asia|abia|acca|goog"),
         lines=2,
     ),
-    _Rule(KIND_ANTHROPIC, re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,400}"), trigger=_trigger("sk-ant-")),
+    _Rule(
+        KIND_ANTHROPIC,
+        re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,400}"),
+        accept=_accepts_token(KIND_ANTHROPIC, word_start=False),  # not `sk-ant-xxxx…`: filler
+        trigger=_trigger("sk-ant-"),
+    ),
     _Rule(
         KIND_OPENAI,
         re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,400}"),
@@ -2579,6 +2608,47 @@ def redact(text: str) -> str:
 
 
 _REDACT_ROUNDS = 4  # each round adds placeholders or ends; on every corpus the first finds all
+
+
+def redact_named(name: str, value: str) -> str:
+    """A value stored under a name (a tool call's argument, a metadata field) redacted as it would be in the JSON
+    text it came from: judged alone, then on one line after its name (`"password": "Kestrel-4471"`), so the name
+    rules see the name and an id under `id` reads as data. A value of several lines, a long one or one under a name
+    that is not a word is judged alone."""
+    text = redact(value)
+    if "\n" in text or len(text) > _NAMED_VALUE_LONGEST or not _FIELD_NAME.fullmatch(name):
+        return text
+    head = f'"{name}": "' if '"' not in text else f"{name}: "
+    framed = f'{head}{text}{chr(34) if head.endswith(chr(34)) else ""}'
+    value_end = len(head) + len(text)
+    inside = [
+        SecretMatch(m.kind, max(m.start, len(head)) - len(head), min(m.end, value_end) - len(head))
+        for m in find_secrets(framed)
+        if m.end > len(head) and m.start < value_end
+    ]
+    return redact(_replaced(text, inside)[0]) if inside else text
+
+
+_NAMED_VALUE_LONGEST = 4096
+
+
+def redact_words(words: Sequence[str]) -> list[str]:
+    """A list of strings (a command's argv, a tool's list argument) redacted as the command line it stands for
+    (`["curl", "-u", "admin:PASS", url]`, `["--password", "PASS"]`): each word judged alone, then in the line the
+    words make joined by blanks."""
+    words = [redact(word) for word in words]
+    found = find_secrets(" ".join(words))
+    if not found:
+        return words
+    redacted: list[str] = []
+    start = 0
+    for word in words:
+        end = start + len(word)
+        inside = [SecretMatch(m.kind, max(m.start, start) - start, min(m.end, end) - start) for m in found if m.end > start and m.start < end]
+        redacted.append(redact(_replaced(word, inside)[0]) if inside else word)
+        start = end + 1
+    return redacted
+_FIELD_NAME = re.compile(r"[A-Za-z_][\w.-]{0,80}")
 
 
 def _replaced(text: str, matches: list[SecretMatch]) -> tuple[str, list[int]]:

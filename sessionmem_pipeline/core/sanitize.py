@@ -13,7 +13,7 @@ from typing import Any
 
 from sessionmem_pipeline.core.models import Message, ParsedSession, ToolCall
 from sessionmem_pipeline.core.privacy import strip_private
-from sessionmem_pipeline.core.redact import redact
+from sessionmem_pipeline.core.redact import redact, redact_named, redact_words
 
 
 def sanitize_text(text: str) -> str:
@@ -22,12 +22,19 @@ def sanitize_text(text: str) -> str:
 
 
 def sanitize_value(value: Any) -> Any:
-    """Strings sanitized wherever they sit in JSON-like data (dict keys are names, kept as they are)."""
+    """Strings sanitized wherever they sit in JSON-like data; dict keys are names, kept as they are, and a string
+    under one is judged with its name (`{"password": "…"}`, core/redact.py's `redact_named`); a list of strings is
+    judged as the command line it may be (`["mysql", "-pPASS"]`, `redact_words`)."""
     if isinstance(value, str):
         return sanitize_text(value)
     if isinstance(value, dict):
-        return {key: sanitize_value(item) for key, item in value.items()}
+        return {
+            key: redact_named(key, strip_private(item)) if isinstance(item, str) and isinstance(key, str) else sanitize_value(item)
+            for key, item in value.items()
+        }
     if isinstance(value, (list, tuple)):
+        if value and all(isinstance(item, str) for item in value):  # an argv: judged as its command line too
+            return redact_words([strip_private(item) for item in value])
         return [sanitize_value(item) for item in value]
     return value
 
