@@ -1,8 +1,9 @@
 """Secret redaction quality: catch rate per kind of secret, false positives per kind of clean look-alike.
 
-    python benchmarks/redaction.py                # per-kind tables on each report half (report13 first: the
+    python benchmarks/redaction.py                # per-kind tables on each report half (report14 first: the
                                                   # headline), a line for the tuning side, its misses and false
-                                                  # positives
+                                                  # positives, and the stored lines of twelve real sessions
+                                                  # (benchmarks/recap_set) that sanitizing at ingest altered
     python benchmarks/redaction.py --baseline main  # also the rules at a git revision, side by side: each half's
                                                   # totals, the headline's kinds, redact() CPU seconds per MB
     python benchmarks/redaction.py --show-misses  # also the report halves' misses and false positives
@@ -12,11 +13,12 @@ The report halves' failing lines stay hidden unless asked for, so that reading r
 
 The corpus (benchmarks/redaction_corpus/, provenance in its README) has folders with the same layout: the report
 halves, taken from the published examples and test cases of maintained secret scanners:
-`report13/` (the headline: built mechanically and committed before the rules it measures, never seen before its
-measurement), `report4/` and `report3/` (the same for versions 7 and 6; their per-kind totals were read
-after those measurements), `report2/` (kept for comparison: its per-kind totals were read while tuning version
-5), `report5/` to `report12/` (versions 8's to 18's halves; their failures were read while tuning versions 9 to
-19, so they are tuning data now, printed beside the others); and the tuning side:
+`report14/` (the headline: built mechanically and committed before the rules it measures, never seen before its
+measurement), `report13/` (version 19's headline, measured once; its failures were read since), `report4/` and
+`report3/` (the same for versions 7 and 6; their per-kind totals were read after those measurements), `report2/`
+(kept for comparison: its per-kind totals were read while tuning version 5), `report5/` to `report12/` (versions
+8's to 18's halves; their failures were read while tuning versions 9 to 19, so they are tuning data now, printed
+beside the others); and the tuning side:
 `tuning/`, written here, and `tuning_from_report/`, the first report half, seen while tuning and so tuning data now.
 In each:
 - secrets.txt: one entry per line, or a block between `<<<` and `>>>` lines; each secret is marked ⟦kind:value⟧.
@@ -34,17 +36,22 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from sessionmem_pipeline.core import redact as current_rules
+from sessionmem_pipeline.core import sanitize
+from sessionmem_pipeline.core.formats import parse_file
 from sessionmem_pipeline.core.redact import REDACTION_VERSION, SecretMatch
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "benchmarks" / "redaction_corpus"
 REPORTS = {  # `report` is the headline
-    "report": ("report13",), "report12": ("report12",), "report11": ("report11",), "report10": ("report10",), "report9": ("report9",), "report8": ("report8",), "report7": ("report7",), "report6": ("report6",), "report5": ("report5",), "report4": ("report4",),
+    "report": ("report14",), "report13": ("report13",), "report12": ("report12",), "report11": ("report11",), "report10": ("report10",), "report9": ("report9",), "report8": ("report8",), "report7": ("report7",), "report6": ("report6",), "report5": ("report5",), "report4": ("report4",),
     "report3": ("report3",), "report2": ("report2",),
 }
 TUNING = ("tuning", "tuning_from_report")
@@ -199,6 +206,60 @@ def baseline_rules(revision: str) -> ModuleType:
     return module
 
 
+REAL_SESSIONS = ROOT / "benchmarks" / "recap_set"  # twelve public Claude Code and Codex sessions (its README)
+
+
+@dataclass
+class RealSessionsScore:
+    """Stored lines of real sessions that ingest's sanitizing changed: each a false alarm unless a secret was there."""
+
+    lines: int = 0
+    altered: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def _sanitizing_with(rules: ModuleType) -> Iterator[None]:
+    """core/sanitize.py with `rules`' functions (a baseline without the named-value ones judges each value alone)."""
+    functions = {
+        "redact": rules.redact,
+        "redact_named": getattr(rules, "redact_named", lambda name, value: rules.redact(value)),
+        "redact_words": getattr(rules, "redact_words", lambda words: [rules.redact(word) for word in words]),
+    }
+    saved = {name: getattr(sanitize, name) for name in functions}
+    for name, function in functions.items():
+        setattr(sanitize, name, function)
+    try:
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(sanitize, name, function)
+
+
+def _texts(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _texts(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _texts(item)
+
+
+def score_real_sessions(rules: ModuleType = current_rules, folder: Path = REAL_SESSIONS) -> RealSessionsScore:
+    """Each session parsed and sanitized as ingest does; every stored text compared line by line with the parsed one."""
+    result = RealSessionsScore()
+    with _sanitizing_with(rules):
+        for path in sorted(folder.glob("*.jsonl")):
+            for session in parse_file(str(path), str(folder), path.read_bytes(), final=True).sessions:
+                for before, after in zip(_texts(asdict(session)), _texts(asdict(sanitize.sanitize_session(session)))):
+                    result.lines += before.count("\n") + 1
+                    result.altered += [
+                        f"{path.name}: {new.strip()[:200]}" for old, new in zip(before.split("\n"), after.split("\n")) if old != new
+                    ]
+    return result
+
+
 def speed_texts(corpus: Path) -> dict[str, str]:
     """About 2 MB each: every corpus file joined and repeated (dense with keys, names and look-alikes), and prose
     with code lines (huge_message.py's text)."""
@@ -256,26 +317,38 @@ def _summary(key: str, folders: tuple[str, ...], r: HalfScore) -> str:
     )
 
 
+def _real_summary(r: RealSessionsScore) -> str:
+    return (
+        f"REAL SESSIONS ({REAL_SESSIONS.relative_to(ROOT)}, parsed and sanitized as ingest does): {len(r.altered)}/"
+        f"{r.lines} stored lines altered ({len(r.altered) / max(r.lines, 1):.2%})"
+    )
+
+
 def _report(
     reports: dict[str, HalfScore],
     tuning: HalfScore,
+    real: RealSessionsScore,
     show_report_misses: bool,
-    baseline: tuple[str, dict[str, HalfScore]] | None = None,
+    baseline: tuple[str, dict[str, HalfScore], RealSessionsScore] | None = None,
 ) -> str:
     lines = [f"redaction rules version {REDACTION_VERSION}"]
     for key, report in reports.items():
         lines += _half_tables(key.upper(), REPORTS[key], report, baseline[1][key] if baseline and key == "report" else None)
     lines += ["", *(_summary(key, REPORTS[key], r) for key, r in reports.items()), "", _summary("tuning side", TUNING, tuning)]
+    lines.append(_real_summary(real))
     if baseline:
-        label, scores = baseline
+        label, scores, baseline_real = baseline
         lines += ["", f"BASELINE {label}, the same halves:"]
         lines += [_summary(key, REPORTS.get(key, TUNING), r) for key, r in scores.items()]
+        lines.append(_real_summary(baseline_real))
     shown = (*reports.items(), ("tuning", tuning)) if show_report_misses else (("tuning", tuning),)
     for half, result in shown:
         for title, items in (("missed", result.misses), ("altered", result.false_positives)):
             if items:
                 lines.append(f"\n{half} {title}:")
                 lines += [f"  {item}" for item in items]
+    if real.altered:  # public sessions, not a report half: their lines print every time
+        lines += ["\nreal sessions altered (a false alarm unless a secret was there):", *(f"  {item}" for item in real.altered)]
     return "\n".join(lines)
 
 
@@ -288,11 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     reports = {key: score_half(args.corpus, folders) for key, folders in REPORTS.items()}
     tuning = score_half(args.corpus, TUNING)
+    real = score_real_sessions()
     baseline = None
     if args.baseline and not args.json:
         rules = baseline_rules(args.baseline)
         scores = {key: score_half(args.corpus, folders, rules) for key, folders in {**REPORTS, "tuning": TUNING}.items()}
-        baseline = (f"{args.baseline} (rules version {rules.REDACTION_VERSION})", scores)
+        baseline = (f"{args.baseline} (rules version {rules.REDACTION_VERSION})", scores, score_real_sessions(rules))
     if args.json:
         payload = {
             half: asdict(result) | {"catch_rate": result.catch_rate, "false_positive_rate": result.false_positive_rate}
@@ -301,9 +375,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.show_misses:
             for key in reports:
                 payload[key] |= {"misses": [], "false_positives": []}
+        payload["real_sessions"] = {"lines": real.lines, "altered": len(real.altered), "altered_lines": real.altered}
         print(json.dumps({"redaction_version": REDACTION_VERSION} | payload, indent=2, ensure_ascii=False))
     else:
-        print(_report(reports, tuning, args.show_misses, baseline))
+        print(_report(reports, tuning, real, args.show_misses, baseline))
         if baseline:
             print(f"\nredact() CPU seconds per MB, best of 5 taking turns (version {REDACTION_VERSION} / {baseline[0]}):")
             for name, text in speed_texts(args.corpus).items():
