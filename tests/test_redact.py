@@ -139,6 +139,20 @@ PEM = (
             "/IncomingWebhook/FAKE1bdf9dc4b1e0133583e0a0d34b9d/0f0fa7cc-9bca-4072-a2fa-82e8be180687",
             "https://outlook.office.com/webhook/[REDACTED:webhook-url]",
         ),
+        # version 21: SQL and libcurl passwords, box-drawn tables, shortened password names, credentials written as
+        # a tight pair, Docker Swarm, Terraform Cloud, Heroku and Mailgun tokens of their newer shapes
+        ("CREATE USER 'app'@'%' IDENTIFIED BY 'Fk7rT2qLm9';", "CREATE USER 'app'@'%' IDENTIFIED BY '[REDACTED:password]';"),
+        ('curl_easy_setopt(h, CURLOPT_USERPWD, "deploy:FkQ7w2Lm9x");', 'curl_easy_setopt(h, CURLOPT_USERPWD, "deploy:[REDACTED:password]");'),
+        ("│ DB_PASSWORD │ Fk7Tq2Lm9Wx4 │", "│ DB_PASSWORD │ [REDACTED:password] │"),
+        ("X3_PSWD=Fk7Tq2Lm9Wx4", "X3_PSWD=[REDACTED:password]"),
+        ("ID:master PW:dipFk10Gg!", "ID:master PW:[REDACTED:password]"),
+        ('openssl rsa -in k.pem -passin "pass:Fk7rT2qLm9"', 'openssl rsa -in k.pem -passin "pass:[REDACTED:password]"'),
+        (
+            "docker swarm join --token SWMTKN-1-3pu6hszjas19xyp7ghgosyx9k8atbfcr8p2is99znpy26u2lkl-1awxwuwd3z9j1z3puu7rcgdbx",
+            "docker swarm join --token [REDACTED:docker-swarm-token]",
+        ),
+        ("HRKU-9f3a7c21-5e8b-4d02-b7c6-1a9e4f6d2c83", "[REDACTED:heroku-key]"),
+        ("mailgun 9f3a7c215e8b4d02b7c61a9e4f6d2c83-7d2e91ab-4c6f08e3", "mailgun [REDACTED:mailgun-key]"),
     ],
 )
 def test_each_pattern_is_redacted_with_its_kind(text: str, expected: str) -> None:
@@ -178,6 +192,9 @@ def test_each_pattern_is_redacted_with_its_kind(text: str, expected: str) -> Non
         '{"type": "tool_use", "id": "toolu_01FAKEfbUJJin31TVBcGAhts"}',  # ids with a known prefix
         "pkg/mod.py,sha256=CNFMBgr99lpDU78JYTbW__SsdeZTStmKA24Ksr_20do,51234",  # a hash after its label
         '"nonce": "MKFqbwHBC7SI9FcekDqfkKyL9964u0j5",',  # a named value: the name rules judge it
+        "DB_PASSWORD=${DB_PASSWORD:?missing}",  # a shell expansion, not a `name:value` pair
+        "ALTER USER scott IDENTIFIED BY :new_pw;",  # a bind variable
+        "password:string",
     ],
 )
 def test_code_that_handles_secrets_is_left_alone(text: str) -> None:
@@ -348,8 +365,8 @@ def test_benchmark_reports_every_half() -> None:
     assert tuning["catch_rate"] == 1.0, tuning["misses"]
     assert tuning["clean_altered"] == 0, tuning["false_positives"]
     # floors against regressions; the targets are 0.99 caught and 0.01 altered
-    assert report["catch_rate"] >= 0.668  # version 20 measured 371/555 on report14, once (19: the same)
-    assert report["false_positive_rate"] <= 0.005  # version 20: 1/208 on report14, once (19: the same)
+    assert report["catch_rate"] >= 0.855  # version 21: 475/555 on report14, tuned on (version 20 measured 371/555, once)
+    assert report["false_positive_rate"] <= 0.005  # versions 20 and 21: 1/208 on report14 (20 measured it once)
     assert report13["catch_rate"] >= 0.858  # versions 19 and 20: 97/113 on report13 (19 measured it once; 18 the same)
     assert report13["false_positive_rate"] == 0.0  # versions 18 to 20: 0/263 on report13
     assert report12["catch_rate"] >= 0.853  # version 19: 70/82 on report12, tuned on (version 18 measured 56/82, once)

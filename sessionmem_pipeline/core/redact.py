@@ -127,7 +127,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-REDACTION_VERSION = "20"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "21"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -155,7 +155,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     (KIND_STRIPE, r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,255}|\bwhsec_[A-Za-z0-9+/=]{20,255}"),
     (KIND_GOOGLE, r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])|\bGOCSPX-[A-Za-z0-9_-]{20,255}|\bya29\.[0-9A-Za-z_-]{20,2048}"),
     ("sendgrid-key", r"\bSG\.[\w-]{16,32}\.[\w-]{16,64}"),
-    ("mailgun-key", r"\bkey-[0-9A-Za-z]{32}\b|\bpubkey-[0-9A-Za-z]{32}\b"),
+    ("mailgun-key", r"\bkey-[0-9A-Za-z]{32}\b|\bpubkey-[0-9A-Za-z]{32}\b|\b[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}\b"),
     ("mailchimp-key", r"\b[0-9a-f]{32}-us\d{1,2}\b"),
     ("docker-token", r"\bdckr_(?:pat|oat)_[A-Za-z0-9_-]{20,100}"),
     ("vault-token", r"\bhv[sbr]\.[\w-]{24,400}|\bs\.[A-Za-z0-9]{24}\b"),
@@ -167,7 +167,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("shopify-token", r"\bshp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}\b"),
     ("huggingface-token", r"\b(?:hf|api_org)_[A-Za-z]{34}\b"),
     ("pypi-token", r"\bpypi-AgEIcHlwaS5vcmc[\w-]{50,1000}"),
-    ("heroku-key", r"\bHRKU-AA[\w-]{58}"),
+    ("heroku-key", r"\bHRKU-AA[\w-]{58}|\bHRKU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
     ("age-key", r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b"),
     ("facebook-token", r"\bEAA[A-Z][A-Za-z0-9]{80,400}\b|\b\d{15,16}\|[\w-]{27,40}\b"),
     ("sentry-token", r"\bsntry[su]_[A-Za-z0-9+/=_]{40,400}"),
@@ -196,12 +196,18 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("easypost-key", r"\bEZ[AT]K[A-Za-z0-9]{54}\b"),
     ("sendinblue-key", r"\bxkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}\b"),
     ("prefect-key", r"\bpnu_[A-Za-z0-9]{36}\b"),
-    ("alibaba-key", r"\bLTAI[A-Za-z0-9]{20}\b"),
+    ("alibaba-key", r"\bLTAI[A-Za-z0-9]{12,20}\b"),  # an AccessKey id, as AKIA…: 16 characters before 2019, 24 since
     ("shippo-token", r"\bshippo_(?:live|test)_[a-fA-F0-9]{40}\b"),
     ("duffel-token", r"\bduffel_(?:live|test)_[\w=-]{43}"),
     ("readme-key", r"\brdme_[a-z0-9]{70}\b"),
     ("flyio-token", r"\bfo1_[\w-]{43}|\bfm[12][ar]?_[A-Za-z0-9+/]{100,2000}={0,3}"),
-    ("onepassword-token", r"\bops_eyJ[A-Za-z0-9+/]{250,2000}={0,3}"),
+    ("onepassword-token", r"\bops_eyJ[A-Za-z0-9+/_-]{100,2000}={0,3}"),
+    ("docker-swarm-token", r"\bSWMTKN-1-[a-z0-9]{50}-[a-z0-9]{25}\b|\bSWMKEY-1-[A-Za-z0-9+/]{43}"),  # join and unlock
+    ("terraform-token", r"\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}(?![\w=-])"),  # Terraform Cloud / Enterprise
+    ("bedrock-key", r"\bABSK[A-Za-z0-9+/]{100,300}={0,2}"),  # an Amazon Bedrock API key
+    ("appsync-key", r"\bda2-[a-z0-9]{26}\b"),  # an AWS AppSync GraphQL API key
+    ("instagram-token", r"\bIGQV[A-Za-z0-9_-]{100,400}"),
+    ("google-refresh-token", r"(?<![\w/])1//0[A-Za-z0-9_-]{40,400}"),
     ("cloudflare-origin-ca-key", r"\bv1\.0-[a-f0-9]{24}-[a-f0-9]{146}\b"),
     ("airtable-pat", r"\bpat[A-Za-z0-9]{14}\.[a-f0-9]{64}\b"),
     ("harness-pat", r"\b(?:pat|sat)\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}\b"),
@@ -301,8 +307,9 @@ _VALUE_WORD = re.compile(  # a word standing in for a value in an assignment; in
     r"""|test|testing|sample|foo|bar|baz|foobar)$""",
     re.IGNORECASE,
 )
-_VALUE_HASH = re.compile(  # a stored password hash: LDAP `{SSHA}…`, Django `pbkdf2_sha256$…`, Werkzeug `scrypt:…$`
-    r"^\{[A-Z0-9-]{2,20}\}[A-Za-z0-9+/=.]|^(?:pbkdf2|scrypt|argon2|bcrypt|sha\d{1,3}|md5)[\w:-]{0,30}\$",
+_VALUE_HASH = re.compile(  # a stored password hash: LDAP `{SSHA}…`, Django `pbkdf2_sha256$…`, Werkzeug `scrypt:…$`,
+    # MySQL's `*<40 hex>`
+    r"^\{[A-Z0-9-]{2,20}\}[A-Za-z0-9+/=.]|^(?:pbkdf2|scrypt|argon2|bcrypt|sha\d{1,3}|md5)[\w:-]{0,30}\$|^\*[0-9A-Fa-f]{40}$",
     re.IGNORECASE,
 )
 _VALUE_PATH = re.compile(  # where a credential is kept, not the credential; a file of a common type
@@ -616,7 +623,10 @@ def _is_prose(value: str) -> bool:
 
 # ---- secret-like names ------------------------------------------------------------------------------------------
 
-_PASSWORD_SUFFIXES = ("password", "passwd", "passphrase")
+_PASSWORD_SUFFIXES = (  # and the ways people shorten or misspell it: `X3_PSWD`, `PSSWD:=…`
+    "password", "passwd", "passphrase", "pswd", "psswd", "pswrd", "psswrd", "paswd", "paswrd", "pasword", "psword",
+    "pssword",
+)
 _PASSWORD_LAST = frozenset({"pwd", "pass", "pw"})  # only as the name's last part: DB_PASS, MYSQL_PWD
 _TOKEN_LAST = "pat"  # a personal access token, only as the name's last part: AZURE_DEVOPS_EXT_PAT (not `pat_count`)
 _JOINED_PASSWORD_END = "pwd"  # also closing a joined last part: `cloudantpwd`, `ibmpwd` (not `pass`: `bypass`, `compass`)
@@ -1205,6 +1215,26 @@ def _runs_into_placeholder(text: str, end: int) -> bool:
     return text.startswith("[REDACTED:", end)
 
 
+def _is_tight_password_pair(m: re.Match[str], name: str, value: str) -> bool:
+    """`ID:master PW:dipPr10Gg!`, `password:!Dd5G4s9`: credentials written down as a pair with no blank after the
+    colon (docs, tickets, notes): under a password's name, a value of six or more characters with letters and digits
+    or symbols; not a type (`password:string`), a member (`pw:this.pw`), a call or a shell expansion
+    (`${DB_PASSWORD:?missing}`)."""
+    return (
+        _is_password_name(name)
+        and m.string[max(m.start() - 1, 0) : m.start()] != "{"
+        and not m.group("sp1")
+        and not m.group("sp2")
+        and len(value) >= _TIGHT_PASSWORD_SHORTEST
+        and _accept_prose_password_value(value)
+        and not _CODE_IN_VALUE.search(value)
+    )
+
+
+_TIGHT_PASSWORD_SHORTEST = 6
+_CODE_IN_VALUE = re.compile(r"[A-Za-z_]\w*[.(\[]|[(){};]")
+
+
 def _accept_assignment(m: re.Match[str]) -> bool:
     """A value assigned to a secret-like name, judged by the form of the assignment and the value's look."""
     name = m.group("name")
@@ -1223,7 +1253,7 @@ def _accept_assignment(m: re.Match[str]) -> bool:
     if group == "v_bare" and sep in (":", "::") and (not m.group("sp2") or (sep == ":" and m.group("sp1") and not m.group("kq"))):
         dotted = "." in name or m.string[m.start() - 1 : m.start()] == "."
         tight_dotted = dotted and not m.group("sp1") and not m.group("sp2")  # `io.jsonwebtoken:jjwt-api…`
-        if sep == "::" or tight_dotted or not _looks_random(value):
+        if sep == "::" or tight_dotted or not (_looks_random(value) or _is_tight_password_pair(m, name, value)):
             return False  # `Pass :meth:`, `input:TokenStream`, `token::Kind`: not a key-value pair (`key:<random>` is)
     if sep == "," and (group != "v_bare" or m.group("sp1") or m.group("sp2") or not _looks_random(value)):
         return False  # a CSV row `fooToken,<random>,` and nothing else: `f(token, other)`
@@ -1520,7 +1550,7 @@ def _trigger(pattern: str) -> re.Pattern[str]:
 _RARE_COMMANDS = _trigger(  # one scan for the rules of rare commands and forms, each then judged on these lines only
     "psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify|networkcredential|directoryentry|unseal|/api/v1/|pulumi|keyvault|configure|alias"
 )
-_NAME_WORD = _trigger(r"pass|pw|secret|token|credential|key|auth|salt|_pat\b|-pat\b")  # in every name `_name_strength` accepts
+_NAME_WORD = _trigger(r"pass|pw|ps{1,2}w|pasw|secret|token|credential|key|auth|salt|_pat\b|-pat\b")  # in every name `_name_strength` accepts
 
 
 # ---- credential-shaped tokens: no known prefix, no name ---------------------------------------------------------
@@ -2152,11 +2182,37 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(
             r"(?:\bredis-cli\b[^\n|;&]{0,200}?[ \t]-a|\bmongo(?:sh|dump|restore|import|export)?\b[^\n|;&]{0,200}?[ \t]-p"
             r"|\bsqlcmd\b[^\n|;&]{0,200}?[ \t]-P|\brabbitmqctl[ \t]+(?:add_user|change_password)[ \t]+[^\s\"']{1,100})[ \t]+"
-            + _SHELL_WORD + r"|[ \t]-pass(?:in|out)[ \t]+pass:(?P<openssl>[^\s\"']{1,256})"
+            + _SHELL_WORD + r"|[ \t]-pass(?:in|out)[ \t]+[\"']?pass:(?P<openssl>[^\s\"']{1,256})"
         ),
         ("dq", "sq", "bare", "openssl"),
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare", "openssl")),
         _trigger("redis-cli|mongo|sqlcmd|rabbitmqctl|pass:"),
+    ),
+    _Rule(  # SQL: CREATE or ALTER USER … IDENTIFIED [WITH plugin] BY 'PASS' (MySQL, MariaDB, Oracle, Snowflake); not
+        # MySQL's `BY PASSWORD '*<hash>'`, a bind variable (`:pw`) or a substitution (`&pw`)
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)(?:\b(?:create|alter)[ \t]+(?:user|role|login)\b|\bgrant\b)[^\n;]{0,300}?"
+            r"\bidentified(?:[ \t]+with[ \t]+[\"'`]?\w{1,64}[\"'`]?)?[ \t]+by[ \t]+(?!password\b)"
+            r"""(?:"(?P<dq>[^"\n]{1,256})"|'(?P<sq>[^'\n]{1,256})'|(?P<bare>[^\s"';\\]{1,256}))"""
+        ),
+        ("dq", "sq", "bare"),
+        lambda m: not (value := _first_group(m, "dq", "sq", "bare")).startswith((":", "&", "?", "@"))
+        and not _is_excluded_value(value),
+        _trigger("identified"),
+    ),
+    _Rule(  # libcurl's password options: curl_easy_setopt(h, CURLOPT_PASSWORD, "PASS"), `CURLOPT_USERPWD, "user:PASS"`,
+        # PHP's curl_setopt, pycurl's `c.setopt(pycurl.PROXYPASSWORD, 'PASS')` (a user before the colon is kept)
+        KIND_PASSWORD,
+        re.compile(
+            r"setopt\w{0,20}\((?:[^,()\n]{0,80},)?[ \t]*(?:CURLOPT_|\w{1,20}\.)?(?P<option>(?:PROXY)?(?:USERPWD|PASSWORD|KEYPASSWD)"
+            r"|TLSAUTH_PASSWORD)[ \t]*,[ \t]*(?:\"(?:(?P<dq_user>[^\"\n:]{0,256}):)?(?P<dq>[^\"\n]{1,256})\""
+            r"|'(?:(?P<sq_user>[^'\n:]{0,256}):)?(?P<sq>[^'\n]{1,256})')"
+        ),
+        ("dq", "sq"),
+        lambda m: ("USERPWD" not in m.group("option") or _first_group(m, "dq_user", "sq_user") is not None)
+        and not _is_excluded_value(_first_group(m, "dq", "sq")),
+        _trigger("setopt"),
     ),
     _Rule(  # .netrc: machine HOST login USER password PASS (one line or several)
         KIND_PASSWORD,
@@ -2355,9 +2411,10 @@ _RULES: tuple[_Rule, ...] = (
         _accept_spaced_value,
         _NAME_WORD,
     ),
-    _Rule(  # a table row: `| ALGOLIA_API_KEY | <value> |`, `| beamer | api key | <value> |`
+    _Rule(  # a table row: `| ALGOLIA_API_KEY | <value> |`, `| beamer | api key | <value> |`, and drawn with box
+        # characters as CLIs print them (`│ URL_CREDENTIALS │ <value> │`: doppler, infisical)
         KIND_PASSWORD,
-        re.compile(r"\|[ \t]*(?P<name>[A-Za-z_][\w .-]{0,60}?)[ \t]*\|[ \t]*`?(?P<value>[^\s|`]{8,400})`?[ \t]*\|"),
+        re.compile(r"[|│┃][ \t]*(?P<name>[A-Za-z_][\w .-]{0,60}?)[ \t]*[|│┃][ \t]*`?(?P<value>[^\s|│┃`]{8,400})`?[ \t]*[|│┃]"),
         ("value",),
         _accept_named_value,
         _NAME_WORD,
@@ -2466,7 +2523,7 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(
             r"(?<![A-Za-z0-9_])"
-            r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|secret|token|credential|key|auth|pat(?![A-Za-z0-9])))"  # cheap pre-filter on the name
+            r"(?=[A-Za-z0-9_.-]{0,80}?(?i:pass|pwd|pw|ps{1,2}w|pasw|secret|token|credential|key|auth|pat(?![A-Za-z0-9])))"  # cheap pre-filter on the name
             r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<kq>\\?[\"']\]?|\])?"  # `"key": `, `["KEY"] = `, `[key]:`
             r"(?:[ \t]*:[ \t]*&?(?:'static[ \t]+)?[A-Za-z_][\w.]{0,40}\??(?=[ \t]*=[^=])"  # a type: `password: str = `, Rust's `&str`
             r"|[ \t]+(?:string|String|str|\[\]byte)(?=[ \t]*=[^=]))?"  # Go: `var apiToken string = `
