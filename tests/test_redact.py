@@ -153,6 +153,32 @@ PEM = (
         ),
         ("HRKU-9f3a7c21-5e8b-4d02-b7c6-1a9e4f6d2c83", "[REDACTED:heroku-key]"),
         ("mailgun 9f3a7c215e8b4d02b7c61a9e4f6d2c83-7d2e91ab-4c6f08e3", "mailgun [REDACTED:mailgun-key]"),
+        # version 22: forms that carry over between sources, not one source's formats
+        ("token:FkIhq5Xyb1Gga9Q2", "token:[REDACTED:password]"),  # a tight pair under a strong name
+        ("SECRET KEY:FkIhq5Xyb1Gga9Q3", "SECRET KEY:[REDACTED:password]"),
+        ("POSTGRES_PASSWORD=postgres", "POSTGRES_PASSWORD=[REDACTED:password]"),  # the service's name as its password
+        ("Server=db;User ID=admin;Password=MyPassword123!;", "Server=db;User ID=admin;Password=[REDACTED:password];"),
+        ('smtp.login("me@example.com", "gmailAppPw12")', 'smtp.login("me@example.com", "[REDACTED:password]")'),
+        ('password = os.environ.get("PASSWORD") or "at5G6zi!m"', 'password = os.environ.get("PASSWORD") or "[REDACTED:password]"'),
+        ('const token = process.env.API_TOKEN || "Fk29fLq0pW7zR3";', 'const token = process.env.API_TOKEN || "[REDACTED:password]";'),
+        ('{"kty": "oct", "k": "GawgguFyGrWKav7AX4VKUg"}', '{"kty": "oct", "k": "[REDACTED:private-key]"}'),
+        ("await page.fill('#password', 'Pl4ywright!Pass')", "await page.fill('#password', '[REDACTED:password]')"),
+        ('driver.find_element(By.ID, "password").send_keys("S3leniumPass!")', 'driver.find_element(By.ID, "password").send_keys("[REDACTED:password]")'),
+        (
+            "$ aws secretsmanager get-secret-value --secret-id prod/db --query SecretString --output text\nFk7rT2qLm9Wx!",
+            "$ aws secretsmanager get-secret-value --secret-id prod/db --query SecretString --output text\n[REDACTED:password]",
+        ),
+        ("$ echo $API_TOKEN\nFk29fLq0pW7zR3mN", "$ echo $API_TOKEN\n[REDACTED:password]"),
+        ("echo 'Fk29fLq0pW!' | sudo -S apt-get update", "echo '[REDACTED:password]' | sudo -S apt-get update"),
+        ("zip -P Fk29fLq0pW! secret.zip a.txt", "zip -P [REDACTED:password] secret.zip a.txt"),
+        ("7z a -pFk29fLq0pW! archive.7z dir", "7z a -p[REDACTED:password] archive.7z dir"),
+        ("keytool -genkey -storepass Fk29fLq0pW! -keypass Fk30gLq0pW!", "keytool -genkey -storepass [REDACTED:password] -keypass [REDACTED:password]"),
+        ("ldapsearch -x -D cn=admin -w Fk29fLq0pW! -b dc=x", "ldapsearch -x -D cn=admin -w [REDACTED:password] -b dc=x"),
+        ("smbclient //h/s -U bob%Fk29fLq0pW!", "smbclient //h/s -U bob%[REDACTED:password]"),
+        ("net use Z: \\\\srv\\share Fk29fLq0pW! /user:bob", "net use Z: \\\\srv\\share [REDACTED:password] /user:bob"),
+        ("xfreerdp /u:bob /p:Fk29fLq0pW! /v:host", "xfreerdp /u:bob /p:[REDACTED:password] /v:host"),
+        ("sqlplus scott/Fk29fLq0pW@orcl", "sqlplus scott/[REDACTED:password]@orcl"),
+        ('expect "password:"\nsend "Fk29fLq0pW!\\r"', 'expect "password:"\nsend "[REDACTED:password]\\r"'),
     ],
 )
 def test_each_pattern_is_redacted_with_its_kind(text: str, expected: str) -> None:
@@ -195,6 +221,23 @@ def test_each_pattern_is_redacted_with_its_kind(text: str, expected: str) -> Non
         "DB_PASSWORD=${DB_PASSWORD:?missing}",  # a shell expansion, not a `name:value` pair
         "ALTER USER scott IDENTIFIED BY :new_pw;",  # a bind variable
         "password:string",
+        "token:TokenKind",
+        "password: password",
+        'token = data.get("token") or "anonymous"',
+        'const password = process.env.APP_PASSWORD || "not-set"',  # a sentinel
+        'client.login("user", "password")',
+        "cy.get('#password').type('{enter}')",
+        "$ echo $HOME\n/root",
+        '{"kty":"EC","crv":"P-256","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tgcm8v","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}',
+        "Solana program `9ExbZjAapQww1vfcisDmrngPinHTEfpjYRWMunJgcKaA` is the router",  # a Solana address
+        'this.addPassword = "#add-password";',
+        '"password": "MySecureSecretPassword!"',  # no digit: reads as a label, as before
+        'zip -r out.zip dir -x "*.pyc"',
+        "keytool -list -keystore ks.jks -storepass $STOREPASS",
+        "ldapsearch -x -W -b dc=x",  # -W prompts
+        "net user bob * /add",
+        "sqlplus / as sysdba",
+        'expect "password:"\nsend "$pw\\r"',
     ],
 )
 def test_code_that_handles_secrets_is_left_alone(text: str) -> None:
@@ -361,7 +404,7 @@ def test_benchmark_reports_every_half() -> None:
     assert report9["secrets"] >= 90 and len(report9["by_kind"]) >= 30 and report9["clean_lines"] >= 200
     assert report8["secrets"] >= 150 and len(report8["by_kind"]) >= 40 and report8["clean_lines"] >= 200
     real = figures["real_sessions"]  # benchmarks/recap_set parsed and sanitized as ingest does
-    assert real["lines"] >= 40_000 and real["altered"] <= 8, real["altered_lines"]  # version 20: 8/43261 (19: 61)
+    assert real["lines"] >= 40_000 and real["altered"] <= 4, real["altered_lines"]  # version 22: 4/43261 (20: 8; 19: 61)
     assert tuning["catch_rate"] == 1.0, tuning["misses"]
     assert tuning["clean_altered"] == 0, tuning["false_positives"]
     # floors against regressions; the targets are 0.99 caught and 0.01 altered
@@ -577,3 +620,27 @@ def test_redacting_a_named_value_is_idempotent(name: str, value: str) -> None:
 def test_a_list_of_words_is_judged_as_the_command_line_it_stands_for(words: list[str], stored: list[str]) -> None:
     assert redact_words(words) == stored
     assert redact_words(stored) == stored
+
+
+def test_a_solana_address_stays_only_where_the_text_speaks_of_solana() -> None:
+    """A base58 run of 32 bytes is an ed25519 public key on Solana; elsewhere, or under a secret's name, it is judged
+    as any key (a random 43-character key avoids 0, O, I and l about one time in twenty)."""
+    address = "9ExbZjAapQww1vfcisDmrngPinHTEfpjYRWMunJgcKaA"
+    assert redact(f"solana devnet mint `{address}`") == f"solana devnet mint `{address}`"
+    assert redact(f"deploy `{address}` now") == "deploy `[REDACTED:token]` now"
+    assert redact(f'solana "secret_key": "{address}",') == 'solana "secret_key": "[REDACTED:password]",'
+    secret_key = "4" * 2 + address + address  # 64 bytes or more is a keypair, whatever the context: not an address
+    assert address not in redact(f"solana wallet `{secret_key}`")
+    assert address not in redact(f'solana "signer_key": "{address}",')  # under a key's name it may be a 32-byte seed
+
+
+def test_a_jwk_keeps_its_public_members_and_loses_its_private_ones() -> None:
+    jwk = (
+        '{"kty": "RSA", "kid": "2026-key", "n": "0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2aiAFbWhM78LhWx4cbbfAAtVT86zwu1RK7",'
+        ' "e": "AQAB", "d": "X4cTteJY_gn4FYPsXB8rdXix5vwsg1FLN5E3EaG6RJoVH-HLLKD9M7dx5oo7GURknchnrRweUkC7hT5fJLM0WbFAKNLWY2v"}'
+    )
+    redacted = redact(jwk)
+    assert '"n": "0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2aiAFbWhM78LhWx4cbbfAAtVT86zwu1RK7"' in redacted
+    assert '"d": "[REDACTED:private-key]"' in redacted and redact(redacted) == redacted
+    assert redact('{"kty":"RSA","kid":"abc"}\nconst cache = {"k":"user_profile_settings_v2x","v":1}').endswith('"user_profile_settings_v2x","v":1}')
+    assert redact("{'kty': 'oct', 'k': 'GawgguFyGrWKav7AX4VKUg'}") == "{'kty': 'oct', 'k': '[REDACTED:private-key]'}"

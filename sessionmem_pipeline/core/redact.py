@@ -53,7 +53,17 @@ output are built from redacted text; collapsing and chunking do not redact again
   value typed `"secret"`, a value piped or fed (`<<<`) to `wrangler secret put`, `--with-token`, `--password-stdin`,
   `aws configure set NAME VALUE` under a credential's name, `mc alias set ALIAS URL ACCESS SECRET`, a generated salt
   or key of any characters under a weak name (`define('AUTH_SALT', '<64 random characters>')`), JS's `process.env.API_TOKEN ??= "…"`,
-  `auth=("user", "PASS")`, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
+  `auth=("user", "PASS")`, a login call's password (`smtp.login(user, "PASS")`, `ldap.simple_bind_s(dn, "PASS")`), a
+  credential's fallback after its lookup (`os.environ.get("PASSWORD") or "PASS"`, `process.env.API_TOKEN || "…"`),
+  browser automation filling a password field (`page.fill('#password', 'PASS')`, Selenium's `send_keys`, Cypress'
+  `.type`), a JWK's private members (`"d"`, `"p"`, `"q"`, `"k"`, … near `"kty"`), a secret store's one-line answer
+  below the command that read it (`aws secretsmanager get-secret-value … --output text`, `gcloud secrets versions
+  access`, `op read`, `vault kv get -field=…`, `echo $API_TOKEN`), a tight `token:<12+ mixed characters>`, a
+  service's name as its own password (`POSTGRES_PASSWORD=postgres`), a password spelling its name
+  (`Password=MyPassword123!`), tools' password options (`zip -P`, `7z -p…`, `keytool -storepass`, `ldapsearch -w`,
+  `smbclient -U user%…`, `openssl enc -k`, `xfreerdp /p:`, `cmdkey /pass:`, `net user NAME PASS /add`, `net use … PASS
+  /user:`, `sqlplus user/PASS@db`), a password fed to `sudo -S`, `passwd --stdin` or `chpasswd`, an expect script's
+  `send "PASS\r"` after a password prompt, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
   account SID, `X-…-Token:` headers, `PsExec … -p PASS`, `slcli … -k KEY`, token-taking logins (`cargo login`,
   `wandb login`, `ngrok config add-authtoken`, `snyk auth`, `doctl auth init -t`, `netlify --auth`), .NET
   `NetworkCredential`/`DirectoryEntry` arguments, `.netrc`'s `login … password …`, `htpasswd -b`, `redis-cli -a`,
@@ -103,7 +113,8 @@ its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message
 Seen in real sessions and left alone: `date -u +%Y-%m-%dT%H:%M:%SZ` (a time format, not `-u user:PASS`), OpenAI
 Responses item ids (`rs_…`, `fc_…`, `ctc_…`), addresses under names of data (`"owner": <base58>`, `redeemed_by`,
 `USDC Mint: …`, `new PublicKey("…")`), `tokenProgram: TOKEN_2022_PROGRAM_ID`, an id with a word (`<uuid>-plan`),
-filler after `sk-ant-`, a blank to fill (`replace-for-shared-deployments`).
+filler after `sk-ant-`, a blank to fill (`replace-for-shared-deployments`), a Solana address (base58 of 32 bytes)
+where the text speaks of Solana, also under a `*_key` name (`"trading_key": …`), a public JWK's `"x"`, `"y"`, `"n"`.
 
 Text stored field by field keeps its context: a value under a name (a tool call's argument, a metadata field) is
 judged as it stood in its JSON text, `"password": "…"` (`redact_named`), and a list of strings as the command line
@@ -127,7 +138,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-REDACTION_VERSION = "21"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "22"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -749,13 +760,18 @@ _IDENTIFIER_LIKE = re.compile(r"[A-Za-z0-9_.-]+")
 def _names_a_secret(value: str, name: str) -> bool:
     """A value that names a secret instead of being one: `"DELETE_SECRET"`, `"api_token"`, `"challengePassword"`."""
     lowered = value.lower()
-    if lowered == name.lower() or lowered in _name_parts(name):
+    if lowered == name.lower():
         return True
+    if lowered in _name_parts(name):  # `POSTGRES_PASSWORD=postgres`: under a password's name, a service's or a
+        # default account's name is its (default) password; any other word of the name (`NEW_PASSWORD=new`) names it
+        return not (_is_password_name(name) and lowered in _DEFAULT_ACCOUNTS)
     spelled_value, spelled_name = _ALNUM_ONLY.sub("", lowered), _ALNUM_ONLY.sub("", name.lower())
     if spelled_value.startswith(spelled_name) and spelled_value[len(spelled_name) :].isdigit():
         return False  # `password = "Password123"`: the name's word with digits is the weak password itself
     if len(spelled_value) >= 6 and (spelled_value in spelled_name or spelled_name in spelled_value):
-        return True  # `KeyMeshing = "id-Gost28147-89-None-KeyMeshing"`: the value spells the name
+        # `KeyMeshing = "id-Gost28147-89-None-KeyMeshing"`: the value spells the name; under a password's name a
+        # value marked as a password is the weak password (`Password=MyPassword123!`)
+        return not (_is_password_name(name) and _is_weak_password_spelling(value))
     if not _IDENTIFIER_LIKE.fullmatch(value):
         return False
     if _RESOURCE_NAME.fullmatch(value) and re.split(r"[-_]", value)[-1] in _NAMING_LAST and not _is_password_name(name):
@@ -766,6 +782,29 @@ def _names_a_secret(value: str, name: str) -> bool:
     type_like = bool(_TYPE_NAME.fullmatch(value)) and sum(c.isupper() for c in value) >= 2  # `Ed25519PrivateKey`;
     # not `Password123` (one pattern, not `(?:[A-Z][A-Za-z0-9]*){2,}`: that splits a long upper-case run every way)
     return names_one and (type_like or not any(c.isdigit() for c in value))
+
+
+_DEFAULT_ACCOUNTS = frozenset(  # services and accounts shipped with their own name as password
+    "postgres postgresql mysql mariadb redis rabbitmq mongo mongodb admin root guest elastic kibana grafana minio sa "
+    "oracle neo4j couchdb keycloak jenkins sonar sonarqube gitea airflow superset vault consul nexus".split()
+)
+
+
+def _is_weak_password_spelling(value: str) -> bool:
+    """`MyPassword123!`, `Password2024`: one word of letters of both cases and digits, with a symbol or three digits,
+    holding
+    the word password; not an identifier (`confirmPassword2`, `password_v2`), a selector (`#add-password`), a tag
+    (`!Ref …`), a blank (`ADMIN_PASSWORD_HERE!`) or code."""
+    return (
+        bool(_WEAK_SPELLING.fullmatch(value))
+        and any(c.isdigit() for c in value)
+        and (any(c in _PROSE_SYMBOLS for c in value) or sum(c.isdigit() for c in value) >= 3)
+        and any(c.islower() for c in value)
+        and any(c.isupper() for c in value)
+    )
+
+
+_WEAK_SPELLING = re.compile(r"[A-Za-z0-9][A-Za-z0-9!@$%^&*+=~?]{5,63}")
 
 
 # ---- rules --------------------------------------------------------------------------------------------------------
@@ -1235,6 +1274,36 @@ _TIGHT_PASSWORD_SHORTEST = 6
 _CODE_IN_VALUE = re.compile(r"[A-Za-z_]\w*[.(\[]|[(){};]")
 
 
+def _is_tight_key_pair(m: re.Match[str], name: str, value: str) -> bool:
+    """`token:AIhq5Xyb1Gga9Q2`, `SECRET KEY:…`: a key written down right after its name and a colon, shorter than
+    `_looks_random` asks (12 characters or more) but as mixed as a key: upper and lower case and digits, one token;
+    under a strong name (token, secret, api key), not a type (`token:TokenKind`) or a dotted name."""
+    strong = _name_strength(name) == _STRONG or _word_before(m.string, m.start()) in _KEY_QUALIFIERS
+    return (
+        strong
+        and not m.group("sp1")
+        and not m.group("sp2")
+        and len(value) >= _TIGHT_KEY_SHORTEST
+        and bool(_TOKEN_CHARS.fullmatch(value))
+        and any(c.isdigit() for c in value)
+        and any(c.isupper() for c in value)
+        and any(c.islower() for c in value)
+        and m.string[max(m.start() - 1, 0) : m.start()] != "{"  # `${API_TOKEN:-…}`: a shell default
+        and not _is_dotted_name(value)
+        and _mean_segment(value) <= _RANDOM_SEGMENT_LONGEST  # not a type: `V1SecretList`, `OAuth2AccessToken`
+    )
+
+
+def _mean_segment(value: str) -> float:
+    """The mean length of a value's case and digit runs: a random key's are short (`AIhq5Xyb1Gga9Q2`: 1.7), a
+    type's or a name's long (`Int32Literal`: 4)."""
+    segments = _SEGMENT.findall(value)
+    return sum(map(len, segments)) / len(segments) if segments else 0.0
+
+
+_TIGHT_KEY_SHORTEST = 12
+
+
 def _accept_assignment(m: re.Match[str]) -> bool:
     """A value assigned to a secret-like name, judged by the form of the assignment and the value's look."""
     name = m.group("name")
@@ -1253,7 +1322,8 @@ def _accept_assignment(m: re.Match[str]) -> bool:
     if group == "v_bare" and sep in (":", "::") and (not m.group("sp2") or (sep == ":" and m.group("sp1") and not m.group("kq"))):
         dotted = "." in name or m.string[m.start() - 1 : m.start()] == "."
         tight_dotted = dotted and not m.group("sp1") and not m.group("sp2")  # `io.jsonwebtoken:jjwt-api…`
-        if sep == "::" or tight_dotted or not (_looks_random(value) or _is_tight_password_pair(m, name, value)):
+        tight_pair = _is_tight_password_pair(m, name, value) or _is_tight_key_pair(m, name, value)
+        if sep == "::" or tight_dotted or not (_looks_random(value) or tight_pair):
             return False  # `Pass :meth:`, `input:TokenStream`, `token::Kind`: not a key-value pair (`key:<random>` is)
     if sep == "," and (group != "v_bare" or m.group("sp1") or m.group("sp2") or not _looks_random(value)):
         return False  # a CSV row `fooToken,<random>,` and nothing else: `f(token, other)`
@@ -1366,6 +1436,132 @@ def _is_secret_name(name: str) -> bool:
     return bool(parts) and parts[-1].endswith("secret")
 
 
+def _accept_named_fallback(name: str, value: str) -> bool:
+    """A literal standing in when a credential's lookup finds nothing: judged as if assigned to that name, a password
+    with letters and digits or symbols (`|| "not-set"` is a sentinel)."""
+    return (
+        _name_strength(name) == _STRONG
+        and not _is_excluded_value(value)
+        and not _names_a_secret(value, name)
+        and _is_named_credential(name, value)
+        and (not _is_password_name(name) or _accept_prose_password_value(value))
+    )
+
+
+_JWK_TYPE = re.compile(r"(?:\\?\"|')kty(?:\\?\"|')")  # `"kty"`, escaped in a JSON string, or a Python dict's `'kty'`
+_JWK_REACH = 1500  # how far from a member its object's `"kty"` may be: a 4096-bit RSA JWK is about 3 KB
+_WORDS_JOINED = re.compile(r"[A-Za-z]{3,}_[A-Za-z]{3,}")  # `user_profile_settings`: words, not base64url
+
+
+def _in_jwk(text: str, start: int, end: int) -> bool:
+    """Whether the member at `start:end` sits in the object that says `"kty"`: no brace between them."""
+    before = text[max(0, start - _JWK_REACH) : start]
+    last = None
+    for last in _JWK_TYPE.finditer(before):
+        pass
+    if last is not None and "}" not in before[last.end() :]:
+        return True
+    after = text[end : end + _JWK_REACH]
+    first = _JWK_TYPE.search(after)
+    return first is not None and "{" not in after[: first.start()] and "}" not in after[: first.start()]
+
+
+def _accept_jwk_member(m: re.Match[str]) -> bool:
+    """A JWK's private member is base64url of key bytes: not words joined by underscores, a hex digest or a UUID."""
+    value = m.group("value")
+    return (
+        _in_jwk(m.string, m.start(), m.end())
+        and not _WORDS_JOINED.search(value)
+        and not _HEX_OR_UUID.match(value)
+        and not _is_excluded_value(value)
+    )
+
+
+_LOGIN_USER_WORD = re.compile(r"(?i)user|email|mail|login|name|dn|who|account|addr|sender|from|principal|id")
+_LOGIN_NOT_USERS = frozenset(  # a strategy or a mechanism named before its option, not a user
+    "google github gitlab facebook twitter apple microsoft azure local jwt basic bearer digest oauth oauth2 saml ldap "
+    "oidc openid kerberos ntlm plain sha1 sha256 sha512 md5 scram".split()
+)
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
+_LDAP_DN = re.compile(r"(?i)(?:cn|uid|ou|dc|o)=")
+_MECHANISM = re.compile(r"(?i)scram-sha-\d+|sha-?\d+|md5|plain|oauth2?|v\d+(?:\.\d+)*")
+_CALL_ARGUMENT = re.compile(r"\"[^\"]*\"|'[^']*'|`[^`]*`|[^,]+")
+
+
+def _accept_login_password(m: re.Match[str]) -> bool:
+    """The last argument of a login call is its password when the one before it is a user: a quoted name or a
+    variable saying user, email, login or dn (`login(page, "user@example.com")`, `authenticate(conn, "SCRAM-SHA-256")`
+    and `passport.authenticate("google", "oauth2")` name no password)."""
+    value = m.group("value")
+    if not _accept_prose_password_value(value) or _is_prose(value):
+        return False
+    if _EMAIL.fullmatch(value) or _LDAP_DN.match(value) or _MECHANISM.fullmatch(value):
+        return False
+    arguments = _CALL_ARGUMENT.findall(m.group("before"))
+    user = arguments[-1].strip() if arguments else ""
+    if user[:1] in ("\"", "'", "`"):
+        return user[1:-1].strip().lower() not in _LOGIN_NOT_USERS
+    return bool(_IDENTIFIER.fullmatch(user.split(".")[-1])) and (
+        bool(_LOGIN_USER_WORD.search(user)) or (user.isupper() and len(user) > 1)
+    )
+
+
+_PROMPT_END = ("#", "$", ">", "%", ":")  # the next shell prompt, not an answer
+_HOST_PORT = re.compile(r"[\w.-]+:\d{1,5}/?")
+_ISO_DATE = re.compile(r"\d{4}-\d\d-\d\d")
+_STORE_QUERY = re.compile(r"--query[= \t]+[\"']?([^\s\"']+)")
+_SECRET_QUERY = re.compile(r"(?i)secretstring|(?:^|[.\]])value\b")  # `SecretString`, `Parameter.Value`, `value`
+_INHERENT_STORE = re.compile(  # commands whose one-line answer is a secret whatever it is named
+    r"secretsmanager|gcloud|security|keyvault|pass[ \t]+show|bw[ \t]")
+_STORE_FIELD = re.compile(  # the field or parameter a store command reads, for the rest
+    r"-field[= \t]+[\"']?([\w.-]+)|--fields?[= \t]+[\"']?(?:label=)?([\w.-]+)|op://[^\s\"']*/([\w.-]+)"
+    r"|config:get[ \t]+([A-Za-z_]\w*)|secrets[ \t]+get[ \t]+([A-Za-z_]\w*)|--names?[= \t]+[\"']?(?:[^\s\"']*/)?([\w.-]+)"
+    r"|\.data\.([\w.-]+)|\.data\[[\"']?([\w.-]+)"
+)
+
+
+def _accept_store_answer(m: re.Match[str]) -> bool:
+    """The line below a secret store's read is the secret: whatever it is named from a store of secrets (Secrets
+    Manager's `SecretString`, a keychain's `-w`, `pass show`), under a credential's name from the others (`vault kv
+    get -field=password`, `op read op://…/token`, `heroku config:get API_KEY`; not `NODE_ENV`), and after `echo
+    $NAME` under a credential's name; never an error, the next prompt, an ARN, a date, `host:port` or a reference."""
+    value = m.group("value")
+    if _is_excluded_value(value) or value.startswith(("$", "-", "(", "{", "[", "<", "\"", "arn:")) or value.endswith(_PROMPT_END):
+        return False
+    if _HOST_PORT.fullmatch(value) or _ISO_DATE.match(value):
+        return False
+    if not (_accept_prose_password_value(value) or _looks_random(value)):
+        return False  # `continue`, `production`: the next line of a script, or a setting
+    name = m.group("env") or m.group("echo") or m.group("cmd") or m.group("ps")
+    if name is not None:
+        return _name_strength(name) == _STRONG and _is_named_credential(name, value)
+    store, arguments = m.group("store"), m.group("args")
+    if (query := _STORE_QUERY.search(arguments)) and not _SECRET_QUERY.search(query.group(1)):
+        return False  # `--query ARN`, `--query VersionId`: not the secret
+    if store.startswith("kubectl") and "base64" not in arguments:
+        return False  # still encoded (the base64 rule judges it) or a table
+    if store.startswith("security") and not _KEYCHAIN_PRINTS_PASSWORD.search(arguments):
+        return False  # without `-w` the keychain prints the item's attributes
+    field = _STORE_FIELD.search(arguments)
+    if field is not None and _name_strength(next(group for group in field.groups() if group)) == _STRONG:
+        return True
+    return bool(_INHERENT_STORE.search(store)) or ("ssm" in store and "--with-decryption" in arguments)
+
+
+_KEYCHAIN_PRINTS_PASSWORD = re.compile(r"(?:^|[ \t])-[A-Za-z]*w\b")
+
+
+_NOT_A_PASSWORD_FIELD = re.compile(r"(?i)hint|reset|strength|forgot|policy|rule|meter|length|expir")
+
+
+def _accept_typed_password(m: re.Match[str]) -> bool:
+    """What automation types into a password field is the password, unless the field is about one (a hint, a reset,
+    a strength meter) or the text is a sentence."""
+    value = _first_group(m, "value", "filled")
+    field = m.group("field") or m.group("selector") or m.group("receiver") or ""
+    return _accept_prose_password_value(value) and not _is_prose(value) and not _NOT_A_PASSWORD_FIELD.search(field)
+
+
 def _accept_named_value(m: re.Match[str]) -> bool:
     """`<add key="ClearTextPassword" value="…"/>`, `define('DB_PASSWORD', '…')`: a name and its quoted value."""
     groups = m.groupdict()
@@ -1385,6 +1581,7 @@ _QUOTED_VALUE = (
     r"""|(?P<v_bare>[^\s"'`,;&|()<>{}\[\]\\=][^\s"'`,;&|()<>{}\[\]\\]{0,400}))"""
 )
 
+_STDIN_PASSWORD = r"\bsudo[ \t]+(?:-[A-Za-z]{1,4}[ \t]+){0,4}-S\b|\bpasswd[ \t]+--stdin\b|\bchpasswd\b"  # read a password from stdin
 _SHELL_WORD = r"""(?:"(?P<dq>[^"\n]{1,1024})"|'(?P<sq>[^'\n]{1,1024})'|(?P<bare>[^\s"']{1,1024}))"""
 
 
@@ -1684,6 +1881,29 @@ def _names_data(before: str, value: str) -> bool:
     return False
 
 
+_JWK_PUBLIC_MEMBER = re.compile(r"(?:\\?\"|')(?:x|y|n|e|kid)(?:\\?\"|')[ \t]*:[ \t]*(?:\\?\"|')$")
+_BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+_BASE58_RUN = re.compile(f"[{_BASE58}]{{32,44}}")
+_SOLANA_CONTEXT = re.compile(r"(?i)solana|lamports?\b|pubkey|program[ _-]?id|\bspl\b")
+_SOLANA_REACH = 2000  # how far from an address the words saying Solana may be
+
+
+def _is_solana_address(text: str, start: int, value: str) -> bool:
+    """A base58 run that decodes to 32 bytes, standing alone where the text speaks of Solana (lamports, a pubkey, a
+    program id, SPL): an ed25519 public key, not a credential (under a `*_key` name it may be a 32-byte seed). A secret key is 64 bytes (87 or 88 characters), and a
+    base58-looking key elsewhere is still judged as a key (a 43-character random key avoids 0, O, I and l about one
+    time in twenty)."""
+    if not _BASE58_RUN.fullmatch(value):
+        return False
+    number = 0
+    for char in value:
+        number = number * 58 + _BASE58.index(char)
+    leading_zero_bytes = len(value) - len(value.lstrip("1"))
+    if leading_zero_bytes + (number.bit_length() + 7) // 8 != 32:
+        return False
+    return _SOLANA_CONTEXT.search(text, max(0, start - _SOLANA_REACH), start + len(value) + _SOLANA_REACH) is not None
+
+
 _PUBLIC_PARTS = frozenset({"public", "pub"})  # `public_key = <base64>`: published, not a credential
 _PUBLIC_CALL_PARTS = _PUBLIC_PARTS | {"pubkey", "address"}
 _CALL_BEFORE = re.compile(r"([A-Za-z_][\w.]{0,60})\([ \t]*[\"'`]?$")
@@ -1699,6 +1919,10 @@ def _stands_alone(text: str, start: int, end: int) -> bool:
         return False
     if (call := _CALL_BEFORE.search(before)) and _PUBLIC_CALL_PARTS.intersection(_name_parts(call.group(1))):
         return False  # `new PublicKey("<base58>")`: a public key or an address, built from its text
+    if _JWK_PUBLIC_MEMBER.search(before) and _in_jwk(text, start, end):
+        return False  # a public JWK's coordinates and modulus (`"x"`, `"y"`, `"n"`, `"e"`): published, not a key
+    if _is_solana_address(text, start, text[start:end]):
+        return False  # a Solana account, program or mint address in a table or a list
     if _NAMED_VALUE_BEFORE.search(before) and (_names_data(before, text[start:end]) or _HEX_NUMBER.fullmatch(text, start, end)):
         return False  # `group_order = 0x8CB91E82…`: a named number written in hex
     if _PLACEHOLDER_AT_END.search(before) or _runs_into_placeholder(text, end):
@@ -2317,6 +2541,80 @@ _RULES: tuple[_Rule, ...] = (
         lambda m: _looks_random(m.group("value")),
         _RARE_COMMANDS,
     ),
+    _Rule(  # a login call's password, its last argument after a user: `smtp.login("me@example.com", "…")`,
+        # `ftp.login(user, "…")`, Go's `client.Login(ctx, "me", "…")`, Firebase's `signInWithEmailAndPassword(auth,
+        # email, "…")`, `ldap.simple_bind_s(dn, "…")`
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i:\b(?:log_?in|log_?on|sign_?in|authenticate|simple_bind_s|simple_bind|bind_s)|signInWithEmailAndPassword)"
+            r"\((?P<before>[^()\n]{1,300}?),[ \t]*(?P<q>[\"'`])(?P<value>[^\"'`\n]{1,256})(?P=q)[ \t]*\)"
+        ),
+        ("value",),
+        _accept_login_password,
+        _trigger("login|log_in|logon|log_on|signin|sign_in|authenticate|bind"),
+    ),
+    _Rule(  # a credential's fallback after its lookup: `os.environ.get("PASSWORD") or "…"`, `process.env.API_TOKEN ||
+        # "…"`, `ENV["DB_PASSWORD"] ?? "…"`, Ruby's `ENV.fetch("API_KEY") { "…" }`, the shell's `${DB_PASSWORD:-…}`:
+        # the literal is the credential
+        KIND_PASSWORD,
+        re.compile(
+            r"(?:\([ \t]*[\"'](?P<call>[A-Za-z_]\w{0,80})[\"'][ \t]*\)|process\.env\.(?P<js>[A-Za-z_]\w{0,80})"
+            r"|\[[ \t]*[\"'](?P<index>[A-Za-z_]\w{0,80})[\"'][ \t]*\])"
+            r"[ \t]*(?:\bor\b|\|\||\?\?|\?:|\{)[ \t]*(?P<q>[\"'`])(?P<value>[^\"'`\n]{1,256})(?P=q)"
+            r"|\$\{(?P<shell>[A-Za-z_]\w{0,80}):?[-=](?P<default>[^}\s\"'$]{1,256})\}"
+        ),
+        ("value", "default"),
+        lambda m: _accept_named_fallback(_first_group(m, "call", "js", "index", "shell"), _first_group(m, "value", "default")),
+        _NAME_WORD,
+    ),
+    _Rule(  # a JSON Web Key's private members (`"d"`, RSA's `"p"`, `"q"`, `"dp"`, `"dq"`, `"qi"`, a symmetric `"k"`)
+        # in the object that says `"kty"` (a public JWK has none of them); JSON escaped in a string or a Python dict too
+        KIND_PRIVATE_KEY,
+        re.compile(
+            r"(?:\\?\"|')(?:d|p|q|dp|dq|qi|k)(?:\\?\"|')[ \t]*:[ \t]*(?:\\?\"|')(?P<value>[A-Za-z0-9_-]{16,4096}={0,2})(?:\\?\"|')"
+        ),
+        ("value",),
+        _accept_jwk_member,
+        _trigger(r"[\"'](?:d|p|q|dp|dq|qi|k)\\?[\"']"),
+    ),
+    _Rule(  # a secret store's one-line answer below the command that read it: `aws secretsmanager get-secret-value …
+        # --output text`, `gcloud secrets versions access`, `security find-generic-password -w`, `pass show`, and, under
+        # a credential's name, `vault kv get -field=NAME`, `op read op://…/NAME`, `heroku config:get NAME`, `doppler
+        # secrets get NAME --plain`, `kubectl get secret … {.data.NAME} | base64 -d`, `printenv NAME`, `echo $NAME`
+        # (`%NAME%`, PowerShell's `$env:NAME`)
+        KIND_PASSWORD,
+        re.compile(
+            r"(?m)^[ \t]*(?:[$>][ \t]*|PS[^\n>]{0,80}>[ \t]*)?(?:(?P<store>aws[ \t]+secretsmanager[ \t]+get-secret-value|aws[ \t]+ssm[ \t]+get-parameters?"
+            r"|gcloud[ \t]+secrets[ \t]+versions[ \t]+access|vault[ \t]+(?:kv[ \t]+get|read)|op[ \t]+read|op[ \t]+item[ \t]+get"
+            r"|az[ \t]+keyvault[ \t]+secret[ \t]+show|security[ \t]+find-(?:generic|internet)-password|doppler[ \t]+secrets[ \t]+get"
+            r"|infisical[ \t]+secrets[ \t]+get|heroku[ \t]+config:get|(?:go)?pass[ \t]+show|bw[ \t]+get[ \t]+password"
+            r"|kubectl[ \t]+get[ \t]+secrets?)\b(?P<args>[^\n]{0,400})"
+            r"|printenv[ \t]+(?P<env>[A-Za-z_]\w{0,80})[ \t]*|echo[ \t]+\"?(?:\$\{?(?P<echo>[A-Za-z_]\w{0,80})\}?|%(?P<cmd>[A-Za-z_]\w{0,80})%)\"?[ \t]*"
+            r"|\$env:(?P<ps>[A-Za-z_]\w{0,80})[ \t]*)\r?\n"
+            r"[ \t]*(?P<value>[^\s]{6,512})[ \t]*\r?$"
+        ),
+        ("value",),
+        _accept_store_answer,
+        _trigger(r"secretsmanager|ssm|gcloud|vault|op |keyvault|find-generic|find-internet|doppler|infisical|config:get|pass show|bw get|kubectl|printenv|echo|\$env:"),
+        lines=2,
+    ),
+    _Rule(  # browser automation typing a password into its field: Playwright's `page.fill('#password', '…')`,
+        # `getByLabel('Password').fill('…')`, `passwordInput.fill('…')`, Selenium's `find_element(By.ID,
+        # "password").send_keys("…")`, `sendKeys`, WebdriverIO's `setValue`, Cypress' `cy.get('#pwd').type('…', {…})`
+        # (a trailing key sequence such as `{enter}` is kept)
+        KIND_PASSWORD,
+        re.compile(
+            r"(?:(?P<field>(?<![A-Za-z])(?:[Pp]ass(?:word|wd|phrase)?|PASS(?:WORD|WD)?|[Pp]wd|PWD)(?![a-z])[^;\n]{0,100}?)[\"'`][ \t]*\}?[ \t]*\)+"
+            r"(?:\.clear\(\))?\.|(?<![A-Za-z])(?P<receiver>(?:password|passwd|pwd)\w{0,30})(?:\.clear\(\))?\.)"
+            r"(?i:fill|type|send_?keys|press_?sequentially|set_?value)\([ \t]*(?P<q>[\"'`])(?P<value>[^\"'`\n]{1,256}?)(?:\{[A-Za-z]{2,20}\})*(?P=q)"
+            r"[ \t]*(?:,[ \t]*\{[^)\n]{0,80})?\)"  # Cypress' and Playwright's options: `{ log: false }`, `{ delay: 100 }`
+            r"|\.(?:fill|type)\([ \t]*[\"'`](?P<selector>[^\"'`\n]{0,100}?(?<![A-Za-z])(?:[Pp]ass(?:word|wd|phrase)?|[Pp]wd)(?![a-z])[^\"'`\n]{0,100})[\"'`]"
+            r"[ \t]*,[ \t]*(?P<q2>[\"'`])(?P<filled>[^\"'`\n]{1,256}?)(?:\{[A-Za-z]{2,20}\})*(?P=q2)"
+        ),
+        ("value", "filled"),
+        _accept_typed_password,
+        _trigger("fill|type|send_keys|sendkeys|press_sequentially|presssequentially|set_value|setvalue"),
+    ),
     _Rule(  # requests' auth=("user", "PASS"), HTTPBasicAuth("user", "PASS")
         KIND_PASSWORD,
         re.compile(
@@ -2447,13 +2745,42 @@ _RULES: tuple[_Rule, ...] = (
             r"\b(?:gh|glab)[ \t]+secret[ \t]+set\b[^\n|;&<]{0,200}?[ \t](?:--body|-b)(?:[ \t]+|=)" + _SHELL_WORD
             + r"|\b(?:echo|printf)(?:[ \t]+-[neE]{1,3})?[ \t]+"
             + _SHELL_WORD.replace("?P<", "?P<p")
-            + r"[ \t]*\|[ \t]*[^\n|;&]{0,80}?(?:secret[ \t]+(?:set|create|put)\b|--password-stdin|--with-token)"
-            + r"|(?:--password-stdin|--with-token|\bsecret[ \t]+(?:set|create|put)\b[^\n|;&<]{0,100}?)[ \t]*<<<[ \t]*"
-            + _SHELL_WORD.replace("?P<", "?P<h")
+            + r"[ \t]*\|[ \t]*[^\n|;&]{0,80}?(?:secret[ \t]+(?:set|create|put)\b|--password-stdin|--with-token|" + _STDIN_PASSWORD + ")"
+            + r"|(?:--password-stdin|--with-token|\bsecret[ \t]+(?:set|create|put)\b[^\n|;&<]{0,100}?|" + _STDIN_PASSWORD
+            + r")[ \t]*<<<[ \t]*" + _SHELL_WORD.replace("?P<", "?P<h")
         ),
         ("dq", "sq", "bare", "pdq", "psq", "pbare", "hdq", "hsq", "hbare"),
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq", "bare", "pdq", "psq", "pbare", "hdq", "hsq", "hbare")),
-        _trigger("secret|password-stdin|with-token"),
+        _trigger("secret|password-stdin|with-token|sudo|passwd"),
+    ),
+    _Rule(  # archive, key store, directory and Windows tools' password options: `zip -P PASS`, `7z a -pPASS`,
+        # `keytool -storepass PASS`, `ldapsearch -w PASS`, `smbclient -U user%PASS`, `openssl enc -k PASS`, `xfreerdp
+        # /p:PASS`, `cmdkey /pass:PASS`, `net user NAME PASS /add`, `net use Z: \\host\share PASS /user:NAME`
+        KIND_PASSWORD,
+        re.compile(
+            r"(?:\b(?:zip|unzip)\b[^\n|;&]{0,200}?[ \t]-P[ \t]+|\b7z[az]?\b[^\n|;&]{0,200}?[ \t]-p(?=[^\s-])"
+            r"|(?<=[ \t])-(?:src|dest|new)?(?:storepass|keypass)[ \t]+"  # keytool's and jarsigner's, each of them
+            r"|\bldap(?:search|add|modify|delete|passwd|whoami|compare|modrdn)\b[^\n|;&]{0,200}?[ \t]-w[ \t]+"
+            r"|\bsmbclient\b[^\n|;&]{0,200}?[ \t](?:-U|--user)(?:[ \t]+|=)[\"']?[^\s%\"']{1,100}%"
+            r"|\bopenssl[ \t]+enc\b[^\n|;&]{0,200}?[ \t]-k[ \t]+|\bx?freerdp\b[^\n|;&]{0,200}?[ \t]/p:"
+            r"|\bcmdkey\b[^\n|;&]{0,200}?[ \t]/pass:|\bnet[ \t]+user[ \t]+[^\s/]{1,100}[ \t]+(?=[^\s/*][^\n]{0,200}?/add\b)"
+            r"|\bnet[ \t]+use[ \t]+(?:[A-Za-z]:[ \t]+)?\\\\[^\s]{1,300}[ \t]+(?=[^\s/*][^\n]{0,200}?/user:))"
+            + _SHELL_WORD
+        ),
+        ("dq", "sq", "bare"),
+        lambda m: not (value := _first_group(m, "dq", "sq", "bare")).startswith(("-", "$", "%")) and not _is_excluded_value(value),
+        _trigger("zip|7z|storepass|keypass|ldap|smbclient|openssl|freerdp|cmdkey|net "),
+    ),
+    _Rule(  # Oracle's `sqlplus user/PASS@db`; an expect script's answer to a password prompt (`send "PASS\r"`)
+        KIND_PASSWORD,
+        re.compile(
+            r"\bsqlplus[ \t]+(?:-[sSlL][ \t]+)*[\"']?[A-Za-z_][\w$#]{0,60}/(?P<sqlplus>[^\s@/\"']{1,128})"
+            r"|(?i:pass(?:word|phrase))[^\n]{0,100}?(?:\n[^\n]{0,100}?)?\bsend[ \t]+(?:--[ \t]+)?\"(?P<expect>[^\"\n\\]{1,256})\\r\""
+        ),
+        ("sqlplus", "expect"),
+        lambda m: not (value := _first_group(m, "sqlplus", "expect")).startswith(("$", "[")) and not _is_excluded_value(value),
+        _trigger("sqlplus|password|passphrase"),
+        lines=2,
     ),
     _Rule(  # YAML: `password: Harbor Lights 2019!`, a phrase up to the end of its line
         KIND_PASSWORD,
