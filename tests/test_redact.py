@@ -179,6 +179,34 @@ PEM = (
         ("xfreerdp /u:bob /p:Fk29fLq0pW! /v:host", "xfreerdp /u:bob /p:[REDACTED:password] /v:host"),
         ("sqlplus scott/Fk29fLq0pW@orcl", "sqlplus scott/[REDACTED:password]@orcl"),
         ('expect "password:"\nsend "Fk29fLq0pW!\\r"', 'expect "password:"\nsend "[REDACTED:password]\\r"'),
+        # version 23: tuned on report15's failing lines, then forms that carry over
+        ("Authorization: FlyV1 fm2_lJPECAAAAAAAAMaoxBB1,fm2_lJPEcXXAAAAAAAaaabbbcccddd", "Authorization: [REDACTED:flyio-token]"),
+        ("SLACK_D=xoxd-RWAqM1zwIRrr%2B2XACnx2j85Nmnq7jXRq08nLu92OuSVSD%2FOq", "SLACK_D=[REDACTED:slack-token]"),
+        ("smtp://me@example.com:p455w0rd@smtp.example.com:465/", "smtp://me@example.com:[REDACTED:password]@smtp.example.com:465/"),
+        (
+            "eyJ0eXAiOiJKV1QiLCJhbGciOiJub25lIn0.eyJuYW1lIjoiSm9lIiwKInN0YXR1cyI6ImVtcGxveWVlIgp9",
+            "[REDACTED:jwt]",
+        ),
+        ("https://cafeb4b3:d3adb33f@enterprise.contribsys.com/", "https://[REDACTED:sidekiq-credentials]@enterprise.contribsys.com/"),
+        ("BUNDLE_ENTERPRISE__CONTRIBSYS__COM=cafeb4b3:d3adb33f", "BUNDLE_ENTERPRISE__CONTRIBSYS__COM=[REDACTED:sidekiq-credentials]"),
+        ("{'slack_webhook_url': 'T2H71EFLK/B047FK946NN/LfFz5RekA2J0WOGJyKsiOjjg'}", "{'slack_webhook_url': '[REDACTED:webhook-url]'}"),
+        ('"cmd": "mysql -u root -p\\"Fk29fLq0pW!\\" db"', '"cmd": "mysql -u root -p\\"[REDACTED:password]\\" db"'),
+        ("mysql -p'Fk29fLq0pW!' db", "mysql -p'[REDACTED:password]' db"),
+        ("ssh-keygen -p -P oldFk29pass -N 'Fk29fLq0pW!' -f key", "ssh-keygen -p -P [REDACTED:password] -N '[REDACTED:password]' -f key"),
+        ("poetry config http-basic.private bob Fk29fLq0pW!", "poetry config http-basic.private bob [REDACTED:password]"),
+        ("creds: bob / Fk29fLq0pW!", "creds: bob / [REDACTED:password]"),
+        ("u: bob p: Fk29fLq0pW!", "u: bob p: [REDACTED:password]"),
+        ("Passwort: Fk29fLq0pW!", "Passwort: [REDACTED:password]"),
+        ("密码：Fk29fLq0pW!", "密码：[REDACTED:password]"),
+        ("requirepass Fk29fLq0pW!", "requirepass [REDACTED:password]"),
+        ("SET PASSWORD FOR 'app'@'%' = PASSWORD('Fk29fLq0pW!');", "SET PASSWORD FOR 'app'@'%' = PASSWORD('[REDACTED:password]');"),
+        ("User::create(['password' => bcrypt('Fk29fLq0pW!')])", "User::create(['password' => bcrypt('[REDACTED:password]')])"),
+        (
+            '<property name="hibernate.connection.password">Fk29fLq0pW!</property>',
+            '<property name="hibernate.connection.password">[REDACTED:password]</property>',
+        ),
+        ('let password = String::from("Fk29fLq0pW!");', 'let password = String::from("[REDACTED:password]");'),
+        ("wp config set DB_PASSWORD Fk29fLq0pW!", "wp config set DB_PASSWORD [REDACTED:password]"),
     ],
 )
 def test_each_pattern_is_redacted_with_its_kind(text: str, expected: str) -> None:
@@ -238,6 +266,22 @@ def test_each_pattern_is_redacted_with_its_kind(text: str, expected: str) -> Non
         "net user bob * /add",
         "sqlplus / as sysdba",
         'expect "password:"\nsend "$pw\\r"',
+        "ssh-keygen -t ed25519 -N '' -f key",  # no passphrase
+        "tar -N 2024-01-01 -cf a.tar dir",  # not ssh-keygen's -N
+        "mysql -p -h db",  # prompts
+        "git log a1b2c3d4..e5f6a7b8",
+        "<property name=\"hibernate.dialect\">org.hibernate.dialect.PostgreSQLDialect</property>",
+        "wp config set WP_DEBUG true",
+        'for a, b in zip(xs, ys): print("a1b2c3d4:e5f6a7b8")',  # a hex pair away from Sidekiq
+        'subprocess.run(["sh", "-c", "mysql -u root -p"], cwd="/srv/app")',  # `-p` prompts; the quote closes the string
+        "ssh-keygen -lf key.pub; grep -P '\\d+' log",  # another command's -P
+        '<item name="passwordToggleDrawable">@drawable/ic_eye</item>',
+        '<property name="passwordEncoder">bcryptEncoder</property>',
+        "git config set user.signingkey 3AA5C34371567BD2",  # a public key's id
+        "La parola: ciao123 è italiana",
+        "http://admin@router.local:8080@192.168.0.1",  # a port after an email-like user
+        "u: bob p: tmp-$(date +%s)",
+        'self.assertFalse(user.check_password("wrong-pass1"))',
     ],
 )
 def test_code_that_handles_secrets_is_left_alone(text: str) -> None:

@@ -63,7 +63,15 @@ output are built from redacted text; collapsing and chunking do not redact again
   (`Password=MyPassword123!`), tools' password options (`zip -P`, `7z -p…`, `keytool -storepass`, `ldapsearch -w`,
   `smbclient -U user%…`, `openssl enc -k`, `xfreerdp /p:`, `cmdkey /pass:`, `net user NAME PASS /add`, `net use … PASS
   /user:`, `sqlplus user/PASS@db`), a password fed to `sudo -S`, `passwd --stdin` or `chpasswd`, an expect script's
-  `send "PASS\r"` after a password prompt, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
+  `send "PASS\r"` after a password prompt, ssh-keygen's `-N`/`-P`, `poetry config http-basic.NAME USER PASS`,
+  `rclone obscure PASS`, a pair of fields (`u: bob p: PASS`, `user bob pass PASS`, `creds: bob / PASS`), "password"
+  in other languages as a label (`Passwort:`, `mot de passe :`, `contraseña:`, `пароль:`, `密码：`), redis.conf's
+  `requirepass`/`masterauth` and `rootpw` directives, SQL's `SET PASSWORD … = PASSWORD('PASS')`, a literal given to a
+  password hasher (`bcrypt('PASS')`, `Hash::make('PASS')`), an XML element named by its `name` attribute (`<property
+  name="…password">PASS</property>`), Rust's `String::from("PASS")` and `"PASS".to_string()`, `<tool> config set NAME
+  VALUE` under a credential's name; shell words quoted with JSON-escaped quotes (`-p\"PASS\"` in a tool call's
+  JSON); Fly.io's `FlyV1 …` tokens, Slack `xoxd-` cookies and host-less webhook paths (`T…/B…/…`), an unsigned JWT (a
+  header and a payload, no signature), Sidekiq's `hex:hex` licence beside its name, a Docker config `"auth"` (base64 of user:password), a Twilio auth token after its
   account SID, `X-…-Token:` headers, `PsExec … -p PASS`, `slcli … -k KEY`, token-taking logins (`cargo login`,
   `wandb login`, `ngrok config add-authtoken`, `snyk auth`, `doctl auth init -t`, `netlify --auth`), .NET
   `NetworkCredential`/`DirectoryEntry` arguments, `.netrc`'s `login … password …`, `htpasswd -b`, `redis-cli -a`,
@@ -138,7 +146,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-REDACTION_VERSION = "22"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "23"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -162,7 +170,8 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("gitlab-token", r"\bgl(?:pat|dt|rt|ptt|ft|imt|agent|oas|soat|ffct)-[0-9A-Za-z_.-]{20,300}"
                      r"|\bglcbt-[0-9A-Za-z]{1,5}_[0-9A-Za-z_-]{20,300}|\bGR1348941[\w-]{20,300}"),
     ("npm-token", r"\bnpm_[A-Za-z0-9]{36}\b"),
-    (KIND_SLACK, r"\bxox[abposre](?:\.xox[a-z])?-(?=[A-Za-z-]{0,300}[0-9])[0-9A-Za-z-]{10,300}|\bxapp-\d-[0-9A-Za-z-]{10,300}"),
+    (KIND_SLACK, r"\bxox[abposre](?:\.xox[a-z])?-(?=[A-Za-z-]{0,300}[0-9])[0-9A-Za-z-]{10,300}|\bxapp-\d-[0-9A-Za-z-]{10,300}"
+     r"|\bxoxd(?:-|%2[Dd])[A-Za-z0-9%+/=-]{20,1000}"),  # a `d` cookie: base64, URL-encoded or not
     (KIND_STRIPE, r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,255}|\bwhsec_[A-Za-z0-9+/=]{20,255}"),
     (KIND_GOOGLE, r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])|\bGOCSPX-[A-Za-z0-9_-]{20,255}|\bya29\.[0-9A-Za-z_-]{20,2048}"),
     ("sendgrid-key", r"\bSG\.[\w-]{16,32}\.[\w-]{16,64}"),
@@ -211,7 +220,7 @@ _PROVIDER_TOKENS: tuple[tuple[str, str], ...] = (
     ("shippo-token", r"\bshippo_(?:live|test)_[a-fA-F0-9]{40}\b"),
     ("duffel-token", r"\bduffel_(?:live|test)_[\w=-]{43}"),
     ("readme-key", r"\brdme_[a-z0-9]{70}\b"),
-    ("flyio-token", r"\bfo1_[\w-]{43}|\bfm[12][ar]?_[A-Za-z0-9+/]{100,2000}={0,3}"),
+    ("flyio-token", r"\bfo1_[\w-]{43}|\bfm[12][ar]?_[A-Za-z0-9+/]{100,2000}={0,3}|\bFlyV1[ \t]+[A-Za-z0-9+/=,_-]{40,4000}"),
     ("onepassword-token", r"\bops_eyJ[A-Za-z0-9+/_-]{100,2000}={0,3}"),
     ("docker-swarm-token", r"\bSWMTKN-1-[a-z0-9]{50}-[a-z0-9]{25}\b|\bSWMKEY-1-[A-Za-z0-9+/]{43}"),  # join and unlock
     ("terraform-token", r"\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}(?![\w=-])"),  # Terraform Cloud / Enterprise
@@ -1551,6 +1560,24 @@ def _accept_store_answer(m: re.Match[str]) -> bool:
 _KEYCHAIN_PRINTS_PASSWORD = re.compile(r"(?:^|[ \t])-[A-Za-z]*w\b")
 
 
+def _accept_tool_password(m: re.Match[str]) -> bool:
+    """A tool's password option holds a literal (not an option, a variable or `%…%`); ssh-keygen's `-N`/`-P` only
+    on a line running ssh-keygen (`-N ''` sets no passphrase)."""
+    value = _first_group(m, "dq", "sq", "bare")
+    if value.startswith(("-", "$", "%")) or _is_excluded_value(value):
+        return False
+    if m.group("keygen"):
+        line_start = m.string.rfind("\n", 0, m.start()) + 1
+        before = m.string[max(line_start, m.start() - 300) : m.start()]
+        command = before.rfind("ssh-keygen")
+        return command != -1 and not _COMMAND_SEPARATOR.search(before, command)  # not `ssh-keygen -lf k; grep -P …`
+    return True
+
+
+_COMMAND_SEPARATOR = re.compile(r"[|;&]")
+_EXPANSION = re.compile(r"\$\(|\$\{|%\(|\{\{")  # `tmp-$(date +%s)`: filled in when the command runs
+
+
 _NOT_A_PASSWORD_FIELD = re.compile(r"(?i)hint|reset|strength|forgot|policy|rule|meter|length|expir")
 
 
@@ -1560,6 +1587,36 @@ def _accept_typed_password(m: re.Match[str]) -> bool:
     value = _first_group(m, "value", "filled")
     field = m.group("field") or m.group("selector") or m.group("receiver") or ""
     return _accept_prose_password_value(value) and not _is_prose(value) and not _NOT_A_PASSWORD_FIELD.search(field)
+
+
+def _accept_config_set(m: re.Match[str]) -> bool:
+    """`config set NAME VALUE` under a credential's name (redis' `requirepass` too); a signing key's id or
+    fingerprint (`user.signingkey 3AA5C34371567BD2`) is public."""
+    name, value = m.group("name"), _first_group(m, "dq", "sq", "bare")
+    if value.startswith("-") or (name.lower().endswith("signingkey") and _is_hex_digits(value)):
+        return False
+    if name.lower() in ("requirepass", "masterauth"):
+        return not _is_excluded_value(value)
+    return _accept_named_fallback(name, value)
+
+
+def _is_hex_digits(value: str) -> bool:
+    return all(c in string.hexdigits for c in value)
+
+
+def _accept_named_element(m: re.Match[str]) -> bool:
+    """An element named for a credential holds it when the name ends in the credential's word (not
+    `passwordEncoder`, `secretKeyRef`, `passwordToggleDrawable`); not an Android string (a message), a resource
+    reference (`@drawable/…`) or a bean's name."""
+    parts = _name_parts(m.group("name"))
+    if m.group("tag") == "string" or not parts or _name_strength(parts[-1]) == _NONE:
+        return False
+    if _RESOURCE_REFERENCE.match(m.group("value")):
+        return False
+    return _accept_named_value(m)
+
+
+_RESOURCE_REFERENCE = re.compile(r"[@?][\w:.]*/")
 
 
 def _accept_named_value(m: re.Match[str]) -> bool:
@@ -1582,7 +1639,8 @@ _QUOTED_VALUE = (
 )
 
 _STDIN_PASSWORD = r"\bsudo[ \t]+(?:-[A-Za-z]{1,4}[ \t]+){0,4}-S\b|\bpasswd[ \t]+--stdin\b|\bchpasswd\b"  # read a password from stdin
-_SHELL_WORD = r"""(?:"(?P<dq>[^"\n]{1,1024})"|'(?P<sq>[^'\n]{1,1024})'|(?P<bare>[^\s"']{1,1024}))"""
+_SHELL_WORD = r"""(?:\\?"(?P<dq>[^"\n]{1,1024}?)\\?"|'(?P<sq>[^'\n]{1,1024})'|(?P<bare>[^\s"']{1,1024}))"""  # `\"…\"` too: a
+# command line inside a JSON string
 
 
 def _first_group(m: re.Match[str], *groups: str) -> str:
@@ -1632,6 +1690,29 @@ def _decoded_base64(text: str) -> bytes:
 def _decoded_quads(text: str) -> bytes:
     """The whole 4-character groups of `text` as base64 (a match may end inside one)."""
     return _decoded_base64(text[: len(text) // 4 * 4])
+
+
+def _is_sidekiq_credential(m: re.Match[str]) -> bool:
+    line_start = m.string.rfind("\n", 0, m.start()) + 1
+    line_end = m.string.find("\n", m.end())
+    line = m.string[line_start : len(m.string) if line_end == -1 else line_end]
+    if _SIDEKIQ_HOST.match(m.string, m.end()):
+        return True
+    return "sidekiq" in line.lower() and bool(_SIDEKIQ_CONTEXT.search(line))
+
+
+_SIDEKIQ_HOST = re.compile(r"@(?:gems|enterprise)\.contribsys\.com", re.IGNORECASE)
+_SIDEKIQ_CONTEXT = re.compile(r"(?i)licen[cs]e|credential|\bpro\b|enterprise|bundle|sensitive")
+
+
+def _is_unsigned_jwt(m: re.Match[str]) -> bool:
+    """Two base64url parts whose first is a JWT's header: JSON naming `alg` or `typ`."""
+    header = m.group(0).split(".", 1)[0]
+    try:
+        decoded = base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)).decode("utf-8", "replace")
+    except (ValueError, binascii.Error):
+        return False
+    return decoded.startswith("{") and ('"alg"' in decoded or '"typ"' in decoded)
 
 
 def _is_encoded_jwt(m: re.Match[str]) -> bool:
@@ -1746,6 +1827,15 @@ def _trigger(pattern: str) -> re.Pattern[str]:
 
 _RARE_COMMANDS = _trigger(  # one scan for the rules of rare commands and forms, each then judged on these lines only
     "psexec|paexec|slcli|cargo|wandb|ngrok|snyk|doctl|netlify|networkcredential|directoryentry|unseal|/api/v1/|pulumi|keyvault|configure|alias"
+)
+_CALL_FORMS = _trigger(  # one scan for the login and browser automation calls
+    r"(?:log_?in|log_?on|sign_?in|authenticate|bind_s|simple_bind|signinwithemailandpassword|fill|type|send_?keys"
+    r"|press_?sequentially|set_?value)\("
+)
+_TOOL_FORMS = _trigger(r"zip|7z|storepass|keypass|ldap|smbclient|openssl|freerdp|cmdkey|net[ \t]+use|poetry|rclone|ssh-keygen")
+_ANSWER_FORMS = _trigger(  # one scan for the rules that read the line below a command or a prompt
+    r"secretsmanager|ssm|gcloud|vault|op |keyvault|find-generic|find-internet|doppler|infisical|config:get|pass show"
+    r"|bw get|kubectl|printenv|echo[ \t]+\"?[$%]|\$env:|sqlplus|password|passphrase"
 )
 _NAME_WORD = _trigger(r"pass|pw|ps{1,2}w|pasw|secret|token|credential|key|auth|salt|_pat\b|-pat\b")  # in every name `_name_strength` accepts
 
@@ -2249,6 +2339,26 @@ _RULES: tuple[_Rule, ...] = (
         accept=_is_token_like,
         trigger=_trigger(r"\.ey"),
     ),
+    _Rule(  # an unsigned JWT (`"alg": "none"`): a header and a payload, base64url of JSON, and no signature part
+        KIND_JWT,
+        re.compile(r"\beyJ[A-Za-z0-9_-]{8,8192}+\.eyJ[A-Za-z0-9_-]{8,8192}+(?![A-Za-z0-9_.+/=-])"),
+        accept=_is_unsigned_jwt,
+        trigger=_trigger(r"\.ey"),
+    ),
+    _Rule(  # a Sidekiq Enterprise or Pro licence, `user:password` of hex, whole: in its gem server's URL
+        # (`https://<user>:<pass>@enterprise.contribsys.com/`), or on a line naming Sidekiq and its licence, Pro,
+        # Enterprise, Bundler or a credential (the Bundler setting has its own rule below)
+        "sidekiq-credentials",
+        re.compile(r"(?<![0-9a-fA-F])[0-9a-f]{8}:[0-9a-f]{8}(?![0-9a-fA-F:])"),
+        accept=_is_sidekiq_credential,
+        trigger=_trigger("contribsys|sidekiq"),
+    ),
+    _Rule(  # a Slack webhook's path without its host, `T<team>/B<bot>/<secret>` (workflows: `T…/A…/<id>/<secret>`)
+        KIND_WEBHOOK,
+        re.compile(r"(?<![\w])T[A-Z0-9]{8,12}/[AB][A-Z0-9]{8,12}/(?:\d{6,30}/)?[A-Za-z0-9]{20,40}(?![\w/])"),
+        accept=lambda m: not _is_blank(m.group(0).rsplit("/", 1)[-1]),  # not `…/abcdefghijklmnopqrstuvwx`
+        trigger=_trigger("slack|hook"),
+    ),
     _Rule(  # a JWT encoded once more in base64 (`ZXlK` is `eyJ`), in a config value or a header
         KIND_JWT,
         re.compile(r"\bZXlK[A-Za-z0-9+/]{40,16000}={0,2}"),
@@ -2264,10 +2374,12 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(  # scheme://user:PASS@host keeps user and host; the password runs to the last `@` (`m42p!o@2wd@host`)
         KIND_PASSWORD,
         re.compile(
-            r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://(?P<user>[^\s:/@'\"<>]{0,256}):(?P<value>[^\s/'\"<>]{1,256})@(?=[\w.\[-])"
+            r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://(?P<user>[^\s:/@'\"<>]{0,256}(?:@[\w.-]{1,253}\.[A-Za-z]{2,63})?)"
+            r":(?P<value>[^\s/'\"<>]{1,256})@(?=[\w.\[-])"  # a user may be an email address (`smtp://me@x.com:PASS@host`)
         ),
         ("value",),
-        lambda m: _is_password_slot(m.group("user"), m.group("value")),
+        lambda m: _is_password_slot(m.group("user"), m.group("value"))
+        and not ("@" in m.group("user") and m.group("value").isdigit()),  # `http://admin@router.local:8080@…`: a port
         _trigger("://"),
     ),
     _Rule(
@@ -2327,7 +2439,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(  # PowerShell: ConvertTo-SecureString "PASS" -AsPlainText
         KIND_PASSWORD,
-        re.compile(r"(?i)\bConvertTo-SecureString[ \t]+(?:-String[ \t]+)?(?:\"(?P<dq>[^\"\n]{1,256})\"|'(?P<sq>[^'\n]{1,256})')"),
+        re.compile(r"(?i)\bConvertTo-SecureString[ \t]+(?:-String[ \t]+)?(?:\\?\"(?P<dq>[^\"\n]{1,256}?)\\?\"|'(?P<sq>[^'\n]{1,256})')"),
         ("dq", "sq"),
         lambda m: not _is_excluded_value(_first_group(m, "dq", "sq")),
         _trigger("convertto-securestring"),
@@ -2361,12 +2473,16 @@ _RULES: tuple[_Rule, ...] = (
         _accept_symbol_password,
         _NAME_WORD,
     ),
-    _Rule(  # mysql -pPASS
+    _Rule(  # mysql -pPASS, quoted too (`-p'P@ss!'`, `-p\"…\"` in a JSON string); MariaDB's clients the same
         KIND_PASSWORD,
-        re.compile(r"\bmysql(?:dump|admin|sh)?\b[^\n|;&]{0,200}?[ \t]-p(?P<value>[^\s\"'-][^\s\"']{0,256})"),
-        ("value",),
-        _accept_literal,
-        _trigger("mysql"),
+        re.compile(
+            r"\b(?:mysql|mariadb)(?:dump|admin|sh|-dump|-admin)?\b[^\n|;&]{0,200}?[ \t]-p"
+            r"(?:\\?\"(?P<dq>[^\"\s,\])][^\"\n]{0,255}?)\\?\"|'(?P<sq>[^'\s,\])][^'\n]{0,255})'|(?P<value>[^\s\"'-][^\s\"']{0,256}))"
+            r"(?=[\s;|&)\\]|$)"  # a quote closing the word, not the one opening the next string (`-p"], cwd="…"`)
+        ),
+        ("value", "dq", "sq"),
+        lambda m: not _is_excluded_value(_first_group(m, "value", "dq", "sq")),
+        _trigger("mysql|mariadb"),
     ),
     _Rule(  # ds.setPassword("PASS"), builder.password("PASS"), ->withApiKey('KEY'), conf.set_password('PASS')
         KIND_PASSWORD,
@@ -2523,10 +2639,94 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(
             r"(?i)\b(?:log[ \t-]?in|sign[ \t-]?in)[ \t]+(?:with|as|using)[ \t]+[\w.@-]{1,64}[ \t]*/[ \t]*(?P<slash>[^\s\"'`]{5,63}[^\s\"'`.,;:)!?])"
             r"|\b(?:creds|credentials|login)\b[^\n:=]{0,30}?[ \t](?P<user>[\w.@-]{1,64}):(?P<colon>[^\s:@/\"'`]{5,63}[^\s:@/\"'`.,;)!?])"
+            r"|\bcreds?:?[ \t]+[\w.@-]{1,64}[ \t]*/[ \t]*(?P<creds>[^\s\"'`]{5,63}[^\s\"'`.,;:)])"  # `creds: bob / PASS`
         ),
-        ("slash", "colon"),
-        lambda m: _accept_prose_password_value(m.group("slash") or m.group("colon")),
+        ("slash", "colon", "creds"),
+        lambda m: _accept_prose_password_value(_first_group(m, "slash", "colon", "creds")),
         _trigger("log|sign|cred"),
+    ),
+    _Rule(  # a user and a password written as a pair of fields: `u: bob p: PASS`, `user bob pass PASS`, `login=bob,
+        # pw=PASS`
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)\b(?:u|usr|user|username|login)(?:[ \t]*+[:=][ \t]*+|[ \t]++)[\w.@-]{1,64}+(?:[ \t]*+[,;/|][ \t]*+|[ \t]++)"
+            r"(?:p|pw|pwd|pass|passwd|password)(?:[ \t]*+[:=][ \t]*+|[ \t]++)(?P<value>[^\s\"'`]{5,63}[^\s\"'`.,;:)])"
+        ),
+        ("value",),
+        lambda m: _accept_prose_password_value(value := m.group("value")) and not _is_prose(value) and not _EXPANSION.search(value),
+        _trigger(  # the pair itself, lower-cased: `u` and `p` alone would select nearly every line
+            r"\b(?:u|usr|user|username|login)(?:[ \t]*+[:=][ \t]*+|[ \t]++)[\w.@-]{1,64}+(?:[ \t]*+[,;/|][ \t]*+|[ \t]++)"
+            r"(?:p|pw|pwd|pass|passwd|password)(?:[ \t]*+[:=]|[ \t])"
+        ),
+    ),
+    _Rule(  # "password" in other languages as a label: `Passwort: PASS`, `mot de passe : PASS`, `contraseña: PASS`,
+        # `пароль: PASS`, `密码：PASS`
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)(?<![\w])(?:passwort|kennwort|passord|adgangskode|lösenord|wachtwoord|mot de passe|contrase[ñn]a|senha"
+            r"|palavra-passe|hasło|haslo|heslo|jelszó|salasana|şifre|sifre|mật khẩu|пароль|密码|密碼|パスワード|비밀번호"
+            r"|كلمة المرور|סיסמה|รหัสผ่าน)[ \t]*[:：=][ \t]*(?P<value>[^\s\"'<>`]{4,127}[^\s\"'<>`.,;:)。，])"  # a password may end in `!`
+        ),
+        ("value",),
+        lambda m: _accept_prose_password_value(m.group("value")),
+        _trigger("passwort|kennwort|passord|adgangskode|lösenord|wachtwoord|mot de passe|contrase|senha|palavra-passe"
+                 "|hasło|haslo|heslo|jelszó|salasana|şifre|sifre|mật khẩu|пароль|密码|密碼|パスワード|비밀번호|كلمة المرور|סיסמה|รหัสผ่าน"),
+    ),
+    _Rule(  # server configuration directives that hold a password: redis.conf's `requirepass` and `masterauth`,
+        # slapd's and kickstart's `rootpw` (not `--iscrypted` hashes), pgbouncer's userlist
+        KIND_PASSWORD,
+        re.compile(r"(?im)^[ \t]*(?:requirepass|masterauth|rootpw(?:[ \t]+--plaintext)?)[ \t]+(?P<value>[^\s#]{1,256})[ \t]*$"
+                   r"|\bconfig[ \t]+set[ \t]+(?:requirepass|masterauth)[ \t]+[\"']?(?P<runtime>[^\s\"']{1,256})"),
+        ("value",),
+        lambda m: not (value := _first_group(m, "value", "runtime")).startswith(("--", "{")) and not _is_excluded_value(value),
+        _trigger("requirepass|masterauth|rootpw"),
+    ),
+    _Rule(  # SQL's `SET PASSWORD FOR u = PASSWORD('PASS')` or `= 'PASS'`; a literal given to a password hasher is the
+        # password (`bcrypt('PASS')`, `Hash::make('PASS')`, `make_password('PASS')`, `bcrypt.hashpw(b"PASS", …)`)
+        KIND_PASSWORD,
+        re.compile(
+            r"(?i)\bset[ \t]+password\b[^\n;=]{0,200}=[ \t]*(?:password[ \t]*\([ \t]*)?'(?P<sql>[^'\n]{1,256})'"
+            r"|(?:\b(?:bcrypt|Hash::make|make_password|generate_password_hash|password_hash|hashpw|hash_password|hashPassword)"
+            r"|\b(?:argon2|pbkdf2_sha256|sha512_crypt|sha256_crypt|bcrypt_sha256)\.hash|PasswordHasher\(\)\.hash)"
+            r"\([ \t]*b?(?P<q>[\"'])(?P<hashed>[^\"'\n]{1,256})(?P=q)"  # not `check_password("wrong-guess1")` in a test
+        ),
+        ("sql", "hashed"),
+        lambda m: _accept_prose_password_value(value := _first_group(m, "sql", "hashed")) and not _MECHANISM.fullmatch(value),
+        _trigger("password|bcrypt|hash::make|hashpw|argon2|pbkdf2|_crypt|hasher"),
+    ),
+    _Rule(  # an XML element named by its `name` attribute: `<property name="hibernate.connection.password">PASS</property>`
+        KIND_PASSWORD,
+        re.compile(
+            r"<(?P<tag>[A-Za-z][\w:.-]{0,40})\b[^>\n]{0,200}?\bname=[\"'](?P<name>[^\"'\n]{1,100})[\"'][^>\n]{0,100}>"
+            r"(?:[ \t]*<value>)?(?P<value>[^<\n]{1,256})(?:</value>[ \t]*)?</(?P=tag)>"  # .NET settings: `<value>…</value>` inside
+        ),
+        ("value",),
+        _accept_named_element,
+        _NAME_WORD,
+    ),
+    _Rule(  # a credential built from a literal: Rust's `String::from("…")`, `"…".to_string()`, `SecretStr("…")`,
+        # `Secret::new("…")`, `new String("…")` under a credential's name
+        KIND_PASSWORD,
+        re.compile(
+            r"(?<![\w.])(?P<name>[A-Za-z_][\w.]{0,80})[ \t]*(?::[ \t]*[\w:<>&]{1,40}[ \t]*)?=[ \t]*"
+            r"(?:String::from|SecretString::(?:new|from)|Secret::new|SecretStr|SecretBox::new|new[ \t]+String|String)\([ \t]*"
+            r"\"(?P<value>[^\"\n]{1,256})\"|(?<![\w.])(?P<lhs>[A-Za-z_][\w.]{0,80})[ \t]*(?::[ \t]*[\w:<>&]{1,40}[ \t]*)?=[ \t]*"
+            r"\"(?P<owned>[^\"\n]{1,256})\"\.(?:to_string|to_owned|into)\(\)"
+        ),
+        ("value", "owned"),
+        lambda m: _accept_named_fallback(_first_group(m, "name", "lhs"), _first_group(m, "value", "owned")),
+        _NAME_WORD,
+    ),
+    _Rule(  # `wp config set DB_PASSWORD PASS`, `dokku config:set`'s siblings: a tool's `config set NAME VALUE` (or
+        # `env add`, `secrets set`, `variables set`) under a credential's name
+        KIND_PASSWORD,
+        re.compile(
+            r"\b(?:(?:config|secrets?|env|vars?|variables?|variable|settings?)(?::|[ \t]+)(?:set|add|put|create)|set-env[ \t]+[\w.-]{1,100})"
+            r"[ \t]+(?:--?[\w-]{1,30}[ \t]+){0,3}[\"']?(?P<name>[A-Za-z_][\w.-]{0,80})[\"']?[ \t]+(?:--body[ \t]+|-b[ \t]+)?" + _SHELL_WORD
+        ),
+        ("dq", "sq", "bare"),
+        _accept_config_set,
+        _NAME_WORD,
     ),
     _Rule(  # Vault's `operator init` output: Unseal Key 1: <base64>
         "vault-token",
@@ -2551,7 +2751,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_login_password,
-        _trigger("login|log_in|logon|log_on|signin|sign_in|authenticate|bind"),
+        _CALL_FORMS,
     ),
     _Rule(  # a credential's fallback after its lookup: `os.environ.get("PASSWORD") or "…"`, `process.env.API_TOKEN ||
         # "…"`, `ENV["DB_PASSWORD"] ?? "…"`, Ruby's `ENV.fetch("API_KEY") { "…" }`, the shell's `${DB_PASSWORD:-…}`:
@@ -2595,7 +2795,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         _accept_store_answer,
-        _trigger(r"secretsmanager|ssm|gcloud|vault|op |keyvault|find-generic|find-internet|doppler|infisical|config:get|pass show|bw get|kubectl|printenv|echo|\$env:"),
+        _ANSWER_FORMS,
         lines=2,
     ),
     _Rule(  # browser automation typing a password into its field: Playwright's `page.fill('#password', '…')`,
@@ -2613,7 +2813,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value", "filled"),
         _accept_typed_password,
-        _trigger("fill|type|send_keys|sendkeys|press_sequentially|presssequentially|set_value|setvalue"),
+        _CALL_FORMS,
     ),
     _Rule(  # requests' auth=("user", "PASS"), HTTPBasicAuth("user", "PASS")
         KIND_PASSWORD,
@@ -2764,12 +2964,14 @@ _RULES: tuple[_Rule, ...] = (
             r"|\bsmbclient\b[^\n|;&]{0,200}?[ \t](?:-U|--user)(?:[ \t]+|=)[\"']?[^\s%\"']{1,100}%"
             r"|\bopenssl[ \t]+enc\b[^\n|;&]{0,200}?[ \t]-k[ \t]+|\bx?freerdp\b[^\n|;&]{0,200}?[ \t]/p:"
             r"|\bcmdkey\b[^\n|;&]{0,200}?[ \t]/pass:|\bnet[ \t]+user[ \t]+[^\s/]{1,100}[ \t]+(?=[^\s/*][^\n]{0,200}?/add\b)"
-            r"|\bnet[ \t]+use[ \t]+(?:[A-Za-z]:[ \t]+)?\\\\[^\s]{1,300}[ \t]+(?=[^\s/*][^\n]{0,200}?/user:))"
+            r"|\bnet[ \t]+use[ \t]+(?:[A-Za-z]:[ \t]+)?\\\\[^\s]{1,300}[ \t]+(?=[^\s/*][^\n]{0,200}?/user:)"
+            r"|\bpoetry[ \t]+config[ \t]+http-basic\.[\w.-]{1,100}[ \t]+[^\s]{1,100}[ \t]+|\brclone[ \t]+obscure[ \t]+"
+            r"|(?<=[ \t])(?P<keygen>-[NP])[ \t]+)"  # ssh-keygen's new (`-N`) and old (`-P`) passphrases, each of them
             + _SHELL_WORD
         ),
         ("dq", "sq", "bare"),
-        lambda m: not (value := _first_group(m, "dq", "sq", "bare")).startswith(("-", "$", "%")) and not _is_excluded_value(value),
-        _trigger("zip|7z|storepass|keypass|ldap|smbclient|openssl|freerdp|cmdkey|net "),
+        _accept_tool_password,
+        _TOOL_FORMS,
     ),
     _Rule(  # Oracle's `sqlplus user/PASS@db`; an expect script's answer to a password prompt (`send "PASS\r"`)
         KIND_PASSWORD,
@@ -2779,7 +2981,7 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("sqlplus", "expect"),
         lambda m: not (value := _first_group(m, "sqlplus", "expect")).startswith(("$", "[")) and not _is_excluded_value(value),
-        _trigger("sqlplus|password|passphrase"),
+        _ANSWER_FORMS,
         lines=2,
     ),
     _Rule(  # YAML: `password: Harbor Lights 2019!`, a phrase up to the end of its line
