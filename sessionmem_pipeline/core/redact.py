@@ -2654,8 +2654,9 @@ _RULES: tuple[_Rule, ...] = (
         ),
         ("value",),
         lambda m: _accept_prose_password_value(value := m.group("value")) and not _is_prose(value) and not _EXPANSION.search(value),
-        _trigger(  # the pair itself, lower-cased: `u` and `p` alone would select nearly every line
-            r"\b(?:u|usr|user|username|login)(?:[ \t]*+[:=][ \t]*+|[ \t]++)[\w.@-]{1,64}+(?:[ \t]*+[,;/|][ \t]*+|[ \t]++)"
+        _trigger(  # the pair itself, lower-cased (`u` and `p` alone would select nearly every line), without the word
+            # boundary, which would cost a scan twice as long
+            r"(?:u(?:sr|ser(?:name)?)?|login)(?:[ \t]*+[:=][ \t]*+|[ \t]++)[\w.@-]{1,64}+(?:[ \t]*+[,;/|][ \t]*+|[ \t]++)"
             r"(?:p|pw|pwd|pass|passwd|password)(?:[ \t]*+[:=]|[ \t])"
         ),
     ),
@@ -3104,15 +3105,24 @@ def _candidates(rule: _Rule, text: str, start: int, end: int) -> Iterator[re.Mat
             position = m.start() + 1 if rule.retry_inside else max(m.end(), m.start() + 1)
 
 
-def _lines_with(trigger: re.Pattern[str], text: str, lowered: str, count: int = 1) -> list[tuple[int, int]]:
-    """The stretches of `count` lines whose first holds a match of `trigger` in `lowered`, as (start, end) of `text`,
-    merged where they overlap. A stretch starts at the newline before it, so a rule's `(?:^|\\s)` still sees it; it
-    ends before the newline after its last line, which only rules spanning more lines cross (`_Rule.lines`)."""
-    stretches: list[tuple[int, int]] = []
+def _trigger_hits(trigger: re.Pattern[str], text: str, lowered: str) -> list[tuple[int, int]]:
+    """Per line holding a match of `trigger`, the newline before it and the first match's end: one scan of the
+    text, shared by every rule with this trigger whatever its `lines`."""
+    hits: list[tuple[int, int]] = []
     position = 0
     while (hit := trigger.search(lowered, position)) is not None:
-        start = max(text.rfind("\n", 0, hit.start()), 0)
-        end = hit.end()
+        hits.append((max(text.rfind("\n", 0, hit.start()), 0), hit.end()))
+        line_end = text.find("\n", hit.end())
+        position = len(text) if line_end == -1 else line_end + 1
+    return hits
+
+
+def _stretches(hits: list[tuple[int, int]], text: str, count: int) -> list[tuple[int, int]]:
+    """The stretches of `count` lines whose first holds a trigger's hit, as (start, end) of `text`, merged where they
+    overlap. A stretch starts at the newline before it, so a rule's `(?:^|\\s)` still sees it; it ends before the
+    newline after its last line, which only rules spanning more lines cross (`_Rule.lines`)."""
+    stretches: list[tuple[int, int]] = []
+    for start, end in hits:
         for _ in range(count):
             newline = text.find("\n", end)
             if newline == -1:
@@ -3124,8 +3134,6 @@ def _lines_with(trigger: re.Pattern[str], text: str, lowered: str, count: int = 
         if stretches and start <= stretches[-1][1]:
             start = stretches.pop()[0]
         stretches.append((start, end))
-        line_end = text.find("\n", hit.end())
-        position = len(text) if line_end == -1 else line_end + 1
     return stretches
 
 
@@ -3144,11 +3152,17 @@ def find_secrets(text: str) -> list[SecretMatch]:
     placeholders = [m.span() for m in PLACEHOLDER_RE.finditer(text)]
     lowered = _lowered(text)
     scopes: dict[tuple[re.Pattern[str] | None, int], list[tuple[int, int]]] = {}
+    hits: dict[re.Pattern[str], list[tuple[int, int]]] = {}
     found: list[tuple[int, int, int, str]] = []  # start, end, priority, kind
     for priority, rule in enumerate(_RULES):
         key = (rule.trigger, rule.lines)
         if key not in scopes:
-            scopes[key] = [(0, len(text))] if rule.trigger is None else _lines_with(rule.trigger, text, lowered, rule.lines)
+            if rule.trigger is None:
+                scopes[key] = [(0, len(text))]
+            else:
+                if rule.trigger not in hits:
+                    hits[rule.trigger] = _trigger_hits(rule.trigger, text, lowered)
+                scopes[key] = _stretches(hits[rule.trigger], text, rule.lines)
         for start, end in scopes[key]:
             for m in _candidates(rule, text, start, end):
                 span = _span(rule, m)
