@@ -1,6 +1,6 @@
 """Secret redaction quality: catch rate per kind of secret, false positives per kind of clean look-alike.
 
-    python benchmarks/redaction.py                # per-kind tables on each report half (report15 first: the
+    python benchmarks/redaction.py                # per-kind tables on each report half (report16 first: the
                                                   # headline), a line for the tuning side, its misses and false
                                                   # positives, and the stored lines of twelve real sessions
                                                   # (benchmarks/recap_set) that sanitizing at ingest altered
@@ -13,9 +13,9 @@ The report halves' failing lines stay hidden unless asked for, so that reading r
 
 The corpus (benchmarks/redaction_corpus/, provenance in its README) has folders with the same layout: the report
 halves, taken from the published examples and test cases of maintained secret scanners:
-`report15/` (the headline: built mechanically and committed before the rules it measures, never seen before its
-measurement), `report14/` and `report13/` (versions 20's and 19's headlines, measured once; their failures were read
-since), `report4/` and
+`report16/` (the headline: built mechanically and committed before the rules it measures, never seen before its
+measurement), `report15/`, `report14/` and `report13/` (versions 22's, 20's and 19's headlines, measured once; their
+failures were read since), `report4/` and
 `report3/` (the same for versions 7 and 6; their per-kind totals were read after those measurements), `report2/`
 (kept for comparison: its per-kind totals were read while tuning version 5), `report5/` to `report12/` (versions
 8's to 18's halves; their failures were read while tuning versions 9 to 19, so they are tuning data now, printed
@@ -52,7 +52,7 @@ from sessionmem_pipeline.core.redact import REDACTION_VERSION, SecretMatch
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "benchmarks" / "redaction_corpus"
 REPORTS = {  # `report` is the headline
-    "report": ("report15",), "report14": ("report14",), "report13": ("report13",), "report12": ("report12",), "report11": ("report11",), "report10": ("report10",), "report9": ("report9",), "report8": ("report8",), "report7": ("report7",), "report6": ("report6",), "report5": ("report5",), "report4": ("report4",),
+    "report": ("report16",), "report15": ("report15",), "report14": ("report14",), "report13": ("report13",), "report12": ("report12",), "report11": ("report11",), "report10": ("report10",), "report9": ("report9",), "report8": ("report8",), "report7": ("report7",), "report6": ("report6",), "report5": ("report5",), "report4": ("report4",),
     "report3": ("report3",), "report2": ("report2",),
 }
 TUNING = ("tuning", "tuning_from_report")
