@@ -207,6 +207,9 @@ PEM = (
         ),
         ('let password = String::from("Fk29fLq0pW!");', 'let password = String::from("[REDACTED:password]");'),
         ("wp config set DB_PASSWORD Fk29fLq0pW!", "wp config set DB_PASSWORD [REDACTED:password]"),
+        # version 24: tuned on report16's failing lines
+        ('atuin login -u bob -p Fk29fLq0pW! -k "lots of random words"', 'atuin login -u bob -p [REDACTED:password] -k "[REDACTED:password]"'),
+        ("postgres://admin:Hunter22x@db:5432/app", "postgres://admin:[REDACTED:password]@db:5432/app"),
     ],
 )
 def test_each_pattern_is_redacted_with_its_kind(text: str, expected: str) -> None:
@@ -282,6 +285,11 @@ def test_each_pattern_is_redacted_with_its_kind(text: str, expected: str) -> Non
         "http://admin@router.local:8080@192.168.0.1",  # a port after an email-like user
         "u: bob p: tmp-$(date +%s)",
         'self.assertFalse(user.check_password("wrong-pass1"))',
+        "[2026-05-11 07:39:01] invoice.created id=1dd781a6-49ea-4a98-930a-abbd1a39af9c customer=89f679cf-6480-4fed-ab51-0878ffe7ee48",
+        "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p",  # an age recipient: a public key
+        "bc1qar0srrr7xfkvy5l643lydnw9re59gtzzwf5mdq",  # a Bitcoin address, its checksum valid
+        'let url = "postgres://admin:password@db.host.com:5432/mydb"',  # the placeholder examples write
+        'const uri = "mongodb://user:changeme@localhost/db";',
     ],
 )
 def test_code_that_handles_secrets_is_left_alone(text: str) -> None:
@@ -456,10 +464,10 @@ def test_benchmark_reports_every_half() -> None:
     assert tuning["catch_rate"] == 1.0, tuning["misses"]
     assert tuning["clean_altered"] == 0, tuning["false_positives"]
     # floors against regressions; the targets are 0.99 caught and 0.01 altered
-    assert report["catch_rate"] >= 0.858  # version 23 measured 67/78 on report16, once (22: the same)
-    assert report["false_positive_rate"] <= 0.080  # version 23: 20/252 on report16, once (22: the same)
+    assert report["catch_rate"] >= 0.884  # version 24: 69/78 on report16, tuned on (version 23 measured 67/78, once)
+    assert report["false_positive_rate"] == 0.0  # version 24: 0/252 on report16 (version 23 measured 20/252, once)
     assert report15["catch_rate"] >= 0.910  # version 23: 174/191 on report15, tuned on (version 22 measured 164, once)
-    assert report15["false_positive_rate"] <= 0.004  # versions 21 to 23: 1/320 on report15
+    assert report15["false_positive_rate"] == 0.0  # version 24: 0/320 on report15 (21 to 23: 1/320, a URL's placeholder)
     assert report14["catch_rate"] >= 0.875  # version 23: 486/555 on report14 (21, tuned on it: 475; 20 measured 371, once)
     assert report14["false_positive_rate"] <= 0.005  # versions 20 to 22: 1/208 on report14
     assert report13["catch_rate"] >= 0.858  # versions 19 and 20: 97/113 on report13 (19 measured it once; 18 the same)
@@ -481,11 +489,11 @@ def test_benchmark_reports_every_half() -> None:
     assert report5["catch_rate"] >= 0.922  # version 19: 368/399 on report5, tuned on (version 8 measured 332/399, once)
     assert report5["false_positive_rate"] <= 0.003  # version 10: 1/356 on report5, a weak password (version 9: 4/356)
     assert report4["catch_rate"] >= 0.735  # version 19: 203/276 on report4 (version 7 measured 188/276, once)
-    assert report4["false_positive_rate"] <= 0.050  # version 10: 32/645 on report4 (versions 7 to 9: 36/645)
+    assert report4["false_positive_rate"] <= 0.036  # version 24: 23/645 on report4 (10: 32/645; 7 to 9: 36/645)
     assert report3["catch_rate"] >= 0.942  # version 16: 456/484 on report3 (webhooks marked by their path)
     assert report3["false_positive_rate"] <= 0.023  # versions 6 to 15 and 17: 6/267 on report3 (16: 5/267)
     assert report2["catch_rate"] >= 0.906  # version 11: 281/310 on report2
-    assert report2["false_positive_rate"] <= 0.048  # version 10: 13/272 on report2 (version 9: 12/272)
+    assert report2["false_positive_rate"] <= 0.045  # version 24: 12/272 on report2 (10: 13/272; 9: 12/272)
 
 
 def test_routine_benchmark_output_hides_the_report_half_failures(capsys) -> None:

@@ -93,8 +93,9 @@ lowercase word assigned in code (`    password = hunter`, indented, or a keyword
 line's start, as in .properties and INI files, it is a literal); a quoted word under a key or token name that is
 not a password name or `…secret` (`api_key="wildflower"`) reads as a label (under `secret`, `client_secret`
 a quoted word of six or more characters is the secret); a literal word `password`, `test` or `foo` as an
-assigned value reads as a placeholder, and so does a YAML tag (`password: !secret db_password`); in a URL's or `curl -u`'s password slot it is redacted, unless it equals
-the user (`guest:guest`, a default); a hex value under a `*_key` name whose first word is short or says digest
+assigned value reads as a placeholder, and so does a YAML tag (`password: !secret db_password`); in a URL's password
+slot the words `password`, `secret`, `changeme` and the like read as the placeholders examples write (`postgres://
+admin:password@db`), any other word is redacted unless it equals the user (`guest:guest`, a default); a hex value under a `*_key` name whose first word is short or says digest
 or id (`cl_key => <64 hex>`, `cache_key`, `tenant_key`) reads as a digest; a vendor's name alone (`cloudflare: "<hex>"`) does not name a credential unless its value is as random
 as a key (mixed case and digits).
 
@@ -122,7 +123,9 @@ Seen in real sessions and left alone: `date -u +%Y-%m-%dT%H:%M:%SZ` (a time form
 Responses item ids (`rs_…`, `fc_…`, `ctc_…`), addresses under names of data (`"owner": <base58>`, `redeemed_by`,
 `USDC Mint: …`, `new PublicKey("…")`), `tokenProgram: TOKEN_2022_PROGRAM_ID`, an id with a word (`<uuid>-plan`),
 filler after `sk-ant-`, a blank to fill (`replace-for-shared-deployments`), a Solana address (base58 of 32 bytes)
-where the text speaks of Solana, also under a `*_key` name (`"trading_key": …`), a public JWK's `"x"`, `"y"`, `"n"`.
+where the text speaks of Solana, a public JWK's `"x"`, `"y"`, `"n"`; a record's id under its entity's name
+(`customer=<uuid>`, `order: <hex>`), an age recipient (`age1…`) and any bech32 string with a valid checksum (`bc1q…`,
+`cosmos1…`; not nostr's `nsec1…`).
 
 Text stored field by field keeps its context: a value under a name (a tool call's argument, a metadata field) is
 judged as it stood in its JSON text, `"password": "…"` (`redact_named`), and a list of strings as the command line
@@ -146,7 +149,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-REDACTION_VERSION = "23"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "24"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -1561,16 +1564,17 @@ _KEYCHAIN_PRINTS_PASSWORD = re.compile(r"(?:^|[ \t])-[A-Za-z]*w\b")
 
 
 def _accept_tool_password(m: re.Match[str]) -> bool:
-    """A tool's password option holds a literal (not an option, a variable or `%…%`); ssh-keygen's `-N`/`-P` only
-    on a line running ssh-keygen (`-N ''` sets no passphrase)."""
+    """A tool's password option holds a literal (not an option, a variable or `%…%`); ssh-keygen's `-N`/`-P` and
+    atuin's `-p`/`-k` only on a line running that command (`-N ''` sets no passphrase)."""
     value = _first_group(m, "dq", "sq", "bare")
     if value.startswith(("-", "$", "%")) or _is_excluded_value(value):
         return False
-    if m.group("keygen"):
-        line_start = m.string.rfind("\n", 0, m.start()) + 1
-        before = m.string[max(line_start, m.start() - 300) : m.start()]
-        command = before.rfind("ssh-keygen")
-        return command != -1 and not _COMMAND_SEPARATOR.search(before, command)  # not `ssh-keygen -lf k; grep -P …`
+    for group, command in (("keygen", "ssh-keygen"), ("atuin", "atuin")):
+        if m.group(group):
+            line_start = m.string.rfind("\n", 0, m.start()) + 1
+            before = m.string[max(line_start, m.start() - 300) : m.start()]
+            at = before.rfind(command)
+            return at != -1 and not _COMMAND_SEPARATOR.search(before, at)  # not `ssh-keygen -lf k; grep -P …`
     return True
 
 
@@ -1653,10 +1657,15 @@ def _is_password_slot(user: str, value: str) -> bool:
     pair of two placeholder words (`user:password`, `user:secret`) do not."""
     if user.lower() in _PLACEHOLDER_USERS and _VALUE_WORD.match(value):
         return False
+    if value.lower() in _URL_PLACEHOLDER_PASSWORDS:
+        return False  # `postgres://admin:password@db…`, `mongodb://user:changeme@localhost`: how examples write it
     return not _is_blank(value) and not _is_blank(f"{user}:{value}") and value != user
 
 
 _PLACEHOLDER_USERS = frozenset({"user", "usr"})
+_URL_PLACEHOLDER_PASSWORDS = frozenset(
+    "password passwd pass pwd secret changeme mypassword yourpassword your_password your-password".split()
+)
 
 
 def _is_command_password(user: str, value: str) -> bool:
@@ -1832,7 +1841,7 @@ _CALL_FORMS = _trigger(  # one scan for the login and browser automation calls
     r"(?:log_?in|log_?on|sign_?in|authenticate|bind_s|simple_bind|signinwithemailandpassword|fill|type|send_?keys"
     r"|press_?sequentially|set_?value)\("
 )
-_TOOL_FORMS = _trigger(r"zip|7z|storepass|keypass|ldap|smbclient|openssl|freerdp|cmdkey|net[ \t]+use|poetry|rclone|ssh-keygen")
+_TOOL_FORMS = _trigger(r"zip|7z|storepass|keypass|ldap|smbclient|openssl|freerdp|cmdkey|net[ \t]+use|poetry|rclone|ssh-keygen|atuin")
 _ANSWER_FORMS = _trigger(  # one scan for the rules that read the line below a command or a prompt
     r"secretsmanager|ssm|gcloud|vault|op |keyvault|find-generic|find-internet|doppler|infisical|config:get|pass show"
     r"|bw get|kubectl|printenv|echo[ \t]+\"?[$%]|\$env:|sqlplus|password|passphrase"
@@ -2097,7 +2106,33 @@ def _has_token_shape(value: str) -> bool:
         return False  # dotted or mixed separators: a version, a host, a file name
     if _UUID_AND_WORDS.fullmatch(value):
         return False  # `<uuid>-plan`: an id with a word (`0x<64 hex>` stays a key's shape: a wallet's private key)
+    if _is_public_bech32(value):
+        return False  # an age recipient (`age1…`), a Bitcoin or Cosmos address: published, checksummed
     return _is_random_body(value.rstrip("="))  # one case: base32 and base36 keys (`_is_random_body` asks more)
+
+
+_BECH32 = re.compile(r"(?P<hrp>[a-z]{1,10})1(?P<data>[qpzry9x8gf2tvdw0s3jn54khce6mua7l]{38,90})")
+_BECH32_CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+_AGE_RECIPIENT_DATA = 58
+_BECH32_SECRET_PARTS = frozenset({"nsec", "secret", "key"})  # nostr's `nsec1…` is a private key
+
+
+def _is_public_bech32(value: str) -> bool:
+    """A bech32 or bech32m string with a valid checksum (`age1…`, `bc1q…`, `cosmos1…`) under a human-readable part
+    that names no secret: a public key or an address. age's own secret keys are upper case (`AGE-SECRET-KEY-1…`)."""
+    m = _BECH32.fullmatch(value)
+    if m is None or m.group("hrp") in _BECH32_SECRET_PARTS:
+        return False
+    if m.group("hrp") == "age" and len(m.group("data")) == _AGE_RECIPIENT_DATA:
+        return True  # an X25519 recipient by its fixed shape
+    hrp, data = m.group("hrp"), [_BECH32_CHARSET.index(c) for c in m.group("data")]
+    checksum = 1
+    for digit in [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp] + data:
+        top = checksum >> 25
+        checksum = (checksum & 0x1FFFFFF) << 5 ^ digit
+        for bit, generator in enumerate((0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)):
+            checksum ^= generator if top >> bit & 1 else 0
+    return checksum in (1, 0x2BC830A3)  # bech32, bech32m
 
 
 _UUID_AND_WORDS = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}(?:[-_][A-Za-z]+)+")
@@ -2140,10 +2175,16 @@ def _is_vendor_named_hex(text: str, start: int, end: int) -> bool:
         bool(parts)
         and _is_vendor_word(parts[0])
         and not _is_filler(value)
-        and not any(part in _DATA_NAME_PARTS or part in _HEX_DATA_WORDS for part in parts)
+        and not any(part in _DATA_NAME_PARTS or part in _HEX_DATA_WORDS or part in _ENTITY_NAMES for part in parts)
     )
 
 
+_ENTITY_NAMES = frozenset(  # `customer=<uuid>`, `order: <32 hex>`: a record's id in a log line, not a vendor's key
+    "customer user account order invoice tenant org organization workspace team session device job task "
+    "build event item product resource instance node cluster subscription payment transaction charge message thread "
+    "channel document record entity object parent child group member client deployment environment region zone "
+    "installation application app store shop cart booking ticket issue incident alert".split()
+)
 _DIGEST_LENGTHS = (40, 64)  # SHA-1 (git commits) and SHA-256 in hex
 _KEY_PARTS = frozenset({"api", "auth", "apikey"})
 
@@ -2967,6 +3008,7 @@ _RULES: tuple[_Rule, ...] = (
             r"|\bcmdkey\b[^\n|;&]{0,200}?[ \t]/pass:|\bnet[ \t]+user[ \t]+[^\s/]{1,100}[ \t]+(?=[^\s/*][^\n]{0,200}?/add\b)"
             r"|\bnet[ \t]+use[ \t]+(?:[A-Za-z]:[ \t]+)?\\\\[^\s]{1,300}[ \t]+(?=[^\s/*][^\n]{0,200}?/user:)"
             r"|\bpoetry[ \t]+config[ \t]+http-basic\.[\w.-]{1,100}[ \t]+[^\s]{1,100}[ \t]+|\brclone[ \t]+obscure[ \t]+"
+            r"|(?<=[ \t])(?P<atuin>-k|--key|-p|--password)(?:[ \t]+|=)"  # atuin's login and register: its password, its sync key
             r"|(?<=[ \t])(?P<keygen>-[NP])[ \t]+)"  # ssh-keygen's new (`-N`) and old (`-P`) passphrases, each of them
             + _SHELL_WORD
         ),
