@@ -199,6 +199,7 @@ PEM = (
         ("Passwort: Fk29fLq0pW!", "Passwort: [REDACTED:password]"),
         ("密码：Fk29fLq0pW!", "密码：[REDACTED:password]"),
         ("requirepass Fk29fLq0pW!", "requirepass [REDACTED:password]"),
+        ('redis-cli CONFIG SET requirepass "Fk29fLq0pW!"', 'redis-cli CONFIG SET requirepass "[REDACTED:password]"'),
         ("SET PASSWORD FOR 'app'@'%' = PASSWORD('Fk29fLq0pW!');", "SET PASSWORD FOR 'app'@'%' = PASSWORD('[REDACTED:password]');"),
         ("User::create(['password' => bcrypt('Fk29fLq0pW!')])", "User::create(['password' => bcrypt('[REDACTED:password]')])"),
         (

@@ -149,7 +149,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-REDACTION_VERSION = "24"  # change whenever a rule changes: stored text is redacted again under the new rules
+REDACTION_VERSION = "25"  # change whenever a rule changes: stored text is redacted again under the new rules
 
 KIND_AWS = "aws-key"
 KIND_OPENAI = "openai-key"
@@ -2714,12 +2714,12 @@ _RULES: tuple[_Rule, ...] = (
         _trigger("passwort|kennwort|passord|adgangskode|lösenord|wachtwoord|mot de passe|contrase|senha|palavra-passe"
                  "|hasło|haslo|heslo|jelszó|salasana|şifre|sifre|mật khẩu|пароль|密码|密碼|パスワード|비밀번호|كلمة المرور|סיסמה|รหัสผ่าน"),
     ),
-    _Rule(  # server configuration directives that hold a password: redis.conf's `requirepass` and `masterauth`,
-        # slapd's and kickstart's `rootpw` (not `--iscrypted` hashes), pgbouncer's userlist
+    _Rule(  # server configuration directives that hold a password: redis.conf's `requirepass` and `masterauth` (and
+        # `CONFIG SET requirepass …` at run time), slapd's and kickstart's `rootpw` (not `--iscrypted` hashes)
         KIND_PASSWORD,
         re.compile(r"(?im)^[ \t]*(?:requirepass|masterauth|rootpw(?:[ \t]+--plaintext)?)[ \t]+(?P<value>[^\s#]{1,256})[ \t]*$"
                    r"|\bconfig[ \t]+set[ \t]+(?:requirepass|masterauth)[ \t]+[\"']?(?P<runtime>[^\s\"']{1,256})"),
-        ("value",),
+        ("value", "runtime"),
         lambda m: not (value := _first_group(m, "value", "runtime")).startswith(("--", "{")) and not _is_excluded_value(value),
         _trigger("requirepass|masterauth|rootpw"),
     ),
