@@ -804,8 +804,7 @@ _DEFAULT_ACCOUNTS = frozenset(  # services and accounts shipped with their own n
 
 def _is_weak_password_spelling(value: str) -> bool:
     """`MyPassword123!`, `Password2024`: one word of letters of both cases and digits, with a symbol or three digits,
-    holding
-    the word password; not an identifier (`confirmPassword2`, `password_v2`), a selector (`#add-password`), a tag
+    holding the word password; not an identifier (`confirmPassword2`, `password_v2`), a selector (`#add-password`), a tag
     (`!Ref …`), a blank (`ADMIN_PASSWORD_HERE!`) or code."""
     return (
         bool(_WEAK_SPELLING.fullmatch(value))
@@ -869,6 +868,11 @@ def _is_blank_basic(value: str) -> bool:
     return _is_excluded_value(password) or (bool(user) and not _is_password_slot(user, password))
 
 
+def _line_start(text: str, position: int) -> int:
+    """Where the line holding `position` starts."""
+    return text.rfind("\n", 0, position) + 1
+
+
 def _accept_flag(m: re.Match[str]) -> bool:
     """`--token <key>`; under a password name any literal word (`--password juniper`: a shell word is a string),
     but not the words of a sentence about the flag (`the --password flag`)."""
@@ -876,8 +880,7 @@ def _accept_flag(m: re.Match[str]) -> bool:
     if _name_strength(name) != _STRONG or _is_excluded_value(value):
         return False
     if _is_password_name(name) and value.lower() not in _WORDS_ABOUT_FLAGS:
-        line_start = m.string.rfind("\n", 0, m.start()) + 1
-        return not _OPTIONAL_PASSWORD_COMMAND.search(m.string, line_start, m.start())
+        return not _OPTIONAL_PASSWORD_COMMAND.search(m.string, _line_start(m.string, m.start()), m.start())
     return not _looks_like_code(value, "") or _looks_random(value)
 
 
@@ -1220,8 +1223,7 @@ def _is_config_line(m: re.Match[str]) -> bool:
     if m.group("sep") not in ("=", ":") or m.group("kq"):
         return False
     text = m.string
-    line_start = text.rfind("\n", 0, m.start()) + 1
-    if line_start != m.start() or text.startswith(("self.", "this.", "cls."), m.start()):
+    if _line_start(text, m.start()) != m.start() or text.startswith(("self.", "this.", "cls."), m.start()):
         return False
     line_end = text.find("\n", m.end())
     rest = text[m.end() : len(text) if line_end == -1 else line_end].strip()
@@ -1273,13 +1275,16 @@ def _is_tight_password_pair(m: re.Match[str], name: str, value: str) -> bool:
     (`${DB_PASSWORD:?missing}`)."""
     return (
         _is_password_name(name)
-        and m.string[max(m.start() - 1, 0) : m.start()] != "{"
-        and not m.group("sp1")
-        and not m.group("sp2")
+        and _is_written_tight(m)
         and len(value) >= _TIGHT_PASSWORD_SHORTEST
         and _accept_prose_password_value(value)
         and not _CODE_IN_VALUE.search(value)
     )
+
+
+def _is_written_tight(m: re.Match[str]) -> bool:
+    """`name:value` with no blank around the colon, and not a shell expansion's `${NAME:-…}` or `${NAME:?…}`."""
+    return not m.group("sp1") and not m.group("sp2") and m.string[max(m.start() - 1, 0) : m.start()] != "{"
 
 
 _TIGHT_PASSWORD_SHORTEST = 6
@@ -1293,14 +1298,12 @@ def _is_tight_key_pair(m: re.Match[str], name: str, value: str) -> bool:
     strong = _name_strength(name) == _STRONG or _word_before(m.string, m.start()) in _KEY_QUALIFIERS
     return (
         strong
-        and not m.group("sp1")
-        and not m.group("sp2")
+        and _is_written_tight(m)
         and len(value) >= _TIGHT_KEY_SHORTEST
         and bool(_TOKEN_CHARS.fullmatch(value))
         and any(c.isdigit() for c in value)
         and any(c.isupper() for c in value)
         and any(c.islower() for c in value)
-        and m.string[max(m.start() - 1, 0) : m.start()] != "{"  # `${API_TOKEN:-…}`: a shell default
         and not _is_dotted_name(value)
         and _mean_segment(value) <= _RANDOM_SEGMENT_LONGEST  # not a type: `V1SecretList`, `OAuth2AccessToken`
     )
@@ -1571,8 +1574,7 @@ def _accept_tool_password(m: re.Match[str]) -> bool:
         return False
     for group, command in (("keygen", "ssh-keygen"), ("atuin", "atuin")):
         if m.group(group):
-            line_start = m.string.rfind("\n", 0, m.start()) + 1
-            before = m.string[max(line_start, m.start() - 300) : m.start()]
+            before = m.string[max(_line_start(m.string, m.start()), m.start() - 300) : m.start()]
             at = before.rfind(command)
             return at != -1 and not _COMMAND_SEPARATOR.search(before, at)  # not `ssh-keygen -lf k; grep -P …`
     return True
@@ -1702,11 +1704,10 @@ def _decoded_quads(text: str) -> bytes:
 
 
 def _is_sidekiq_credential(m: re.Match[str]) -> bool:
-    line_start = m.string.rfind("\n", 0, m.start()) + 1
-    line_end = m.string.find("\n", m.end())
-    line = m.string[line_start : len(m.string) if line_end == -1 else line_end]
     if _SIDEKIQ_HOST.match(m.string, m.end()):
         return True
+    line_end = m.string.find("\n", m.end())
+    line = m.string[_line_start(m.string, m.start()) : len(m.string) if line_end == -1 else line_end]
     return "sidekiq" in line.lower() and bool(_SIDEKIQ_CONTEXT.search(line))
 
 
@@ -1989,9 +1990,9 @@ _SOLANA_REACH = 2000  # how far from an address the words saying Solana may be
 
 def _is_solana_address(text: str, start: int, value: str) -> bool:
     """A base58 run that decodes to 32 bytes, standing alone where the text speaks of Solana (lamports, a pubkey, a
-    program id, SPL): an ed25519 public key, not a credential (under a `*_key` name it may be a 32-byte seed). A secret key is 64 bytes (87 or 88 characters), and a
-    base58-looking key elsewhere is still judged as a key (a 43-character random key avoids 0, O, I and l about one
-    time in twenty)."""
+    program id, SPL): an ed25519 public key, not a credential (under a `*_key` name it may be a 32-byte seed). A
+    secret key is 64 bytes (87 or 88 characters), and a base58-looking key elsewhere is still judged as a key (a
+    43-character random key avoids 0, O, I and l about one time in twenty)."""
     if not _BASE58_RUN.fullmatch(value):
         return False
     number = 0
@@ -2751,12 +2752,11 @@ _RULES: tuple[_Rule, ...] = (
         KIND_PASSWORD,
         re.compile(
             r"(?<![\w.])(?P<name>[A-Za-z_][\w.]{0,80})[ \t]*(?::[ \t]*[\w:<>&]{1,40}[ \t]*)?=[ \t]*"
-            r"(?:String::from|SecretString::(?:new|from)|Secret::new|SecretStr|SecretBox::new|new[ \t]+String|String)\([ \t]*"
-            r"\"(?P<value>[^\"\n]{1,256})\"|(?<![\w.])(?P<lhs>[A-Za-z_][\w.]{0,80})[ \t]*(?::[ \t]*[\w:<>&]{1,40}[ \t]*)?=[ \t]*"
-            r"\"(?P<owned>[^\"\n]{1,256})\"\.(?:to_string|to_owned|into)\(\)"
+            r"(?:(?:String::from|SecretString::(?:new|from)|Secret::new|SecretStr|SecretBox::new|new[ \t]+String|String)\([ \t]*"
+            r"\"(?P<value>[^\"\n]{1,256})\"|\"(?P<owned>[^\"\n]{1,256})\"\.(?:to_string|to_owned|into)\(\))"
         ),
         ("value", "owned"),
-        lambda m: _accept_named_fallback(_first_group(m, "name", "lhs"), _first_group(m, "value", "owned")),
+        lambda m: _accept_named_fallback(m.group("name"), _first_group(m, "value", "owned")),
         _NAME_WORD,
     ),
     _Rule(  # `wp config set DB_PASSWORD PASS`, `dokku config:set`'s siblings: a tool's `config set NAME VALUE` (or
