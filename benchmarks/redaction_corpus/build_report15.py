@@ -44,6 +44,7 @@ import json
 import random
 import re
 import sys
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 
@@ -483,20 +484,29 @@ def drawn_lookalikes(rng: random.Random) -> list[str]:
     return draw_lines(rng, groups, per_template=5, least=30)
 
 
-def main(octarine_dir: str, deepsecrets_dir: str, betterleaks_dir: str) -> None:
-    elsewhere = "\n".join(
-        path.read_text(encoding="utf-8") for path in sorted(OUT.parent.glob("*/secrets.txt")) if path.parent != OUT
+def other_halves(out: Path) -> str:
+    """Every other folder's `secrets.txt`, joined: a value found there (plain substring search) is left out."""
+    return "\n".join(
+        path.read_text(encoding="utf-8") for path in sorted(out.parent.glob("*/secrets.txt")) if path.parent != out
     )
-    octarine, octarine_negatives = octarine_examples(octarine_dir)
-    deepsecrets, deepsecrets_negatives = deepsecrets_examples(deepsecrets_dir)
-    betterleaks, betterleaks_negatives = betterleaks_examples(betterleaks_dir)
-    examples = first_per_value(kept_examples(merged(octarine + deepsecrets + betterleaks), elsewhere))
-    secrets, kinds, marked = placed_entries(examples, OUT, in_context, CONTEXT_VALUES)
 
+
+def clean_keeper(marked: Iterable[str]) -> Callable[[str], bool]:
+    """Whether a clean candidate is kept: a line clean_fit accepts, holding no value this half marks and assigning
+    no credential-named key."""
     def keep(line: str) -> bool:
         key = KEY_OF_LINE.match(line)
         return clean_fit(line) and not any(value in line for value in marked) and not (key and CREDENTIAL_KEY.search(key.group(1)))
 
+    return keep
+
+
+def main(octarine_dir: str, deepsecrets_dir: str, betterleaks_dir: str) -> None:
+    octarine, octarine_negatives = octarine_examples(octarine_dir)
+    deepsecrets, deepsecrets_negatives = deepsecrets_examples(deepsecrets_dir)
+    betterleaks, betterleaks_negatives = betterleaks_examples(betterleaks_dir)
+    examples = first_per_value(kept_examples(merged(octarine + deepsecrets + betterleaks), other_halves(OUT)))
+    secrets, kinds, marked = placed_entries(examples, OUT, in_context, CONTEXT_VALUES)
     write_half(
         OUT,
         {
@@ -512,7 +522,7 @@ def main(octarine_dir: str, deepsecrets_dir: str, betterleaks_dir: str) -> None:
             ("deepsecrets regex_checks.txt lines no finding is expected on", deepsecrets_negatives),
             ("betterleaks rule false-positive literals (fps)", betterleaks_negatives),
         ],
-        keep,
+        clean_keeper(marked),
         drawn_lookalikes(random.Random(SEED)),
     )
     print("per kind:", ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))

@@ -59,9 +59,9 @@ from pathlib import Path
 import regex
 
 from build_report4 import Draw, Example, draw_lines, git, write_half
-from build_report10 import clean_fit, fill_context, first_per_value, kind_name
+from build_report10 import fill_context, first_per_value, kind_name
 from build_report11 import kept_value, placed_entries
-from build_report12 import CREDENTIAL_KEY, KEY_OF_LINE
+from build_report15 import clean_keeper, other_halves
 
 OUT = Path(__file__).resolve().parent / "report16"
 SEED = 16160
@@ -351,17 +351,9 @@ def drawn_lookalikes(rng: random.Random) -> list[str]:
 
 
 def main(shellclear_dir: str, atuin_dir: str, sekretbarilo_dir: str, alloy_dir: str) -> None:
-    elsewhere = "\n".join(
-        path.read_text(encoding="utf-8") for path in sorted(OUT.parent.glob("*/secrets.txt")) if path.parent != OUT
-    )
     examples, not_detected, false_positives = sekretbarilo_examples(sekretbarilo_dir)
-    examples = first_per_value(kept_examples(shellclear_examples(shellclear_dir) + atuin_examples(atuin_dir) + examples + alloy_examples(alloy_dir), elsewhere))
+    examples = first_per_value(kept_examples(shellclear_examples(shellclear_dir) + atuin_examples(atuin_dir) + examples + alloy_examples(alloy_dir), other_halves(OUT)))
     secrets, kinds, marked = placed_entries(examples, OUT, in_context, CONTEXT_VALUES)
-
-    def keep(line: str) -> bool:
-        key = KEY_OF_LINE.match(line)
-        return clean_fit(line) and not any(value in line for value in marked) and not (key and CREDENTIAL_KEY.search(key.group(1)))
-
     write_half(
         OUT,
         {
@@ -377,7 +369,7 @@ def main(shellclear_dir: str, atuin_dir: str, sekretbarilo_dir: str, alloy_dir: 
             ("sekretbarilo scanner test lines asserted not detected", not_detected),
             ("sekretbarilo false-positive test lines (no finding asserted)", false_positives),
         ],
-        keep,
+        clean_keeper(marked),
         drawn_lookalikes(random.Random(SEED)),
     )
     print("per kind:", ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
