@@ -117,7 +117,8 @@ common type (`icons/lock-secret.svg`), an annotation (`@javax.annotation.Generat
 key or token name (under a password name it is the weak password), an idempotency token (`clientRequestToken`).
 Every pattern has bounded repetition, so a huge line costs linear time; and a huge text costs a few fast scans:
 provider tokens are searched one literal prefix at a time, and every context rule looks only at the lines holding
-its trigger word (`pass`, `token`, `key`, `://`, `login`…), so a 30 MB message of prose redacts in about 3 s.
+its trigger word (`pass`, `token`, `key`, `://`, `login`…), found with `str.find` where the trigger is plain words,
+so a 30 MB message of prose and code lines redacts in about 10 s (`benchmarks/huge_message.py`).
 
 Seen in real sessions and left alone: `date -u +%Y-%m-%dT%H:%M:%SZ` (a time format, not `-u user:PASS`), OpenAI
 Responses item ids (`rs_…`, `fc_…`, `ctc_…`), addresses under names of data (`"owner": <base58>`, `redeemed_by`,
@@ -3148,15 +3149,44 @@ def _candidates(rule: _Rule, text: str, start: int, end: int) -> Iterator[re.Mat
 
 
 def _trigger_hits(trigger: re.Pattern[str], text: str, lowered: str) -> list[tuple[int, int]]:
-    """Per line holding a match of `trigger`, the newline before it and the first match's end: one scan of the
-    text, shared by every rule with this trigger whatever its `lines`."""
+    """Per line holding a match of `trigger`, the newline before it and a match's end: one scan of the text, shared
+    by every rule with this trigger whatever its `lines`. A trigger of plain words is found word by word with
+    `str.find`, several times faster than a regular expression's alternation; the lines are the same."""
+    words = _trigger_words(trigger.pattern)
+    if words is None:
+        return _lines_hit(lambda position: hit.span() if (hit := trigger.search(lowered, position)) else None, text)
+    hits: dict[int, int] = {}
+    for word in words:
+        found = lambda position, word=word: (at, at + len(word)) if (at := lowered.find(word, position)) != -1 else None  # noqa: E731
+        for start, end in _lines_hit(found, text):
+            hits.setdefault(start, end)
+    return sorted(hits.items())
+
+
+def _lines_hit(find: Callable[[int], tuple[int, int] | None], text: str) -> list[tuple[int, int]]:
+    """(the newline before, the end) of the first hit `find(position)` gives on each line, a line at a time."""
     hits: list[tuple[int, int]] = []
     position = 0
-    while (hit := trigger.search(lowered, position)) is not None:
-        hits.append((max(text.rfind("\n", 0, hit.start()), 0), hit.end()))
-        line_end = text.find("\n", hit.end())
+    while (found := find(position)) is not None:
+        hit_start, hit_end = found
+        hits.append((max(text.rfind("\n", 0, hit_start), 0), hit_end))
+        line_end = text.find("\n", hit_end)
         position = len(text) if line_end == -1 else line_end + 1
     return hits
+
+
+@functools.cache
+def _trigger_words(pattern: str) -> tuple[str, ...] | None:
+    """The words of a trigger that is only words between `|` (a backslash may escape punctuation); None for any
+    other pattern."""
+    if not _PLAIN_WORDS.fullmatch(pattern):
+        return None
+    return tuple(_ESCAPE.sub(r"\1", word) for word in _PLAIN_WORD.findall(pattern))
+
+
+_PLAIN_WORD = re.compile(r"(?:[^\\.^$*+?{}\[\]()|]|\\[^A-Za-z0-9])+")
+_PLAIN_WORDS = re.compile(rf"{_PLAIN_WORD.pattern}(?:\|{_PLAIN_WORD.pattern})*")
+_ESCAPE = re.compile(r"\\(.)")
 
 
 def _stretches(hits: list[tuple[int, int]], text: str, count: int) -> list[tuple[int, int]]:
